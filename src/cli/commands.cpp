@@ -1,0 +1,177 @@
+#include "cli/commands.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/npy.h"
+#include "loader/checkpoint.h"
+#include "model/deepseek_v41.h"
+#include "model/info.h"
+
+namespace deepinfer::cli {
+
+namespace {
+
+// --flag value pairs; every flag must be known and carry a value (except boolean ones).
+std::map<std::string, std::string> parse_flags(const std::vector<std::string>& args, const std::vector<std::string>& known,
+                                               const std::string& cmd) {
+  std::map<std::string, std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      out["help"] = "1";
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) throw Error("deepinfer " + cmd + ": unexpected argument '" + a + "'");
+    std::string key = a.substr(2), val;
+    auto eq = key.find('=');
+    if (eq != std::string::npos) {
+      val = key.substr(eq + 1);
+      key = key.substr(0, eq);
+    } else {
+      if (i + 1 >= args.size()) throw Error("deepinfer " + cmd + ": flag --" + key + " needs a value");
+      val = args[++i];
+    }
+    if (std::find(known.begin(), known.end(), key) == known.end())
+      throw Error("deepinfer " + cmd + ": unknown flag --" + key);
+    out[key] = val;
+  }
+  return out;
+}
+
+int64_t parse_int(const std::string& flag, const std::string& v) {
+  try {
+    size_t used = 0;
+    long long x = std::stoll(v, &used);
+    if (used != v.size()) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::logic_error&) {
+    throw Error("flag --" + flag + ": expected an integer, got '" + v + "'");
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_chunks(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    int64_t v = parse_int("chunks", item);
+    if (v <= 0) throw Error("flag --chunks: chunk sizes must be positive, got " + std::to_string(v));
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (out.empty()) throw Error("flag --chunks: expected a comma-separated list of sizes");
+  return out;
+}
+
+std::vector<int64_t> chunk_plan(int64_t n, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> plan;
+  int64_t done = 0;
+  size_t i = 0;
+  while (done < n) {
+    int64_t c = std::min(sizes[std::min(i, sizes.size() - 1)], n - done);
+    plan.push_back(c);
+    done += c;
+    ++i;
+  }
+  return plan;
+}
+
+int cmd_logits(const std::vector<std::string>& args) {
+  try {
+    auto f = parse_flags(args, {"model", "tokens", "chunks", "out", "top", "load-format", "seed", "threads"}, "logits");
+    if (f.count("help")) {
+      std::printf(
+          "deepinfer logits --model DIR --tokens IDS.npy [--chunks 13,9,1] [--out LOGITS.npy] [--top K]\n"
+          "  Runs the token ids (1-D int32/int64 .npy) through the model, fed in the given chunk sizes\n"
+          "  (the last size repeats; default one chunk), writes float32 logits [n_tokens, vocab] to --out\n"
+          "  and prints the top K (default 5) next tokens after the last position.\n"
+          "  --load-format auto|random: random = seeded random weights from config.json alone (--seed).\n");
+      return 0;
+    }
+    if (!f.count("model")) throw Error("deepinfer logits: --model DIR is required");
+    if (!f.count("tokens")) throw Error("deepinfer logits: --tokens IDS.npy is required");
+    const std::string fmt = f.count("load-format") ? f["load-format"] : "auto";
+    if (fmt != "auto" && fmt != "random") throw Error("flag --load-format: expected 'auto' or 'random', got '" + fmt + "'");
+    std::vector<int64_t> shape;
+    std::vector<int64_t> ids = core::read_npy_ints(f["tokens"], &shape);
+    if (shape.size() != 1) throw Error(f["tokens"] + ": expected a 1-D array of token ids, got " + std::to_string(shape.size()) + " dimensions");
+    if (ids.empty()) throw Error(f["tokens"] + ": no token ids");
+    std::vector<int64_t> sizes = f.count("chunks") ? parse_chunks(f["chunks"]) : std::vector<int64_t>{static_cast<int64_t>(ids.size())};
+    const int64_t top = f.count("top") ? parse_int("top", f["top"]) : 5;
+    const int threads = f.count("threads") ? static_cast<int>(parse_int("threads", f["threads"])) : 0;
+
+    auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<loader::Checkpoint> ck;
+    loader::ModelConfig cfg;
+    model::Weights w;
+    if (fmt == "random") {
+      cfg = loader::load_config((std::filesystem::path(f["model"]) / "config.json").string());
+      w = model::random_weights(cfg, static_cast<uint64_t>(f.count("seed") ? parse_int("seed", f["seed"]) : 0));
+    } else {
+      ck = loader::Checkpoint::open(f["model"]);
+      cfg = ck->config();
+      w = model::load_weights(*ck);
+    }
+    const int64_t V = cfg.vocab_size;
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < 0 || ids[i] >= V)
+        throw Error(f["tokens"] + ": token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
+                    " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    auto backend = kernels::make_cpu_backend(threads);
+    model::DeepseekV41 m(cfg, std::move(w), *backend);
+    auto t1 = std::chrono::steady_clock::now();
+    model::SequenceState st = m.new_state();
+    std::vector<float> logits(ids.size() * static_cast<size_t>(V));
+    int64_t done = 0;
+    for (int64_t c : chunk_plan(static_cast<int64_t>(ids.size()), sizes)) {
+      m.forward(ids.data() + done, c, st, logits.data() + done * V);
+      done += c;
+    }
+    auto t2 = std::chrono::steady_clock::now();
+    if (f.count("out")) core::write_npy_f32(f["out"], logits.data(), {static_cast<int64_t>(ids.size()), V});
+    const float* last = logits.data() + (ids.size() - 1) * static_cast<size_t>(V);
+    std::vector<int64_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    const int64_t k = std::clamp<int64_t>(top, 0, V);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+      return last[a] > last[b] || (last[a] == last[b] && a < b);
+    });
+    std::printf("top %lld next tokens after position %zu:\n", static_cast<long long>(k), ids.size() - 1);
+    for (int64_t i = 0; i < k; ++i) std::printf("  %6lld  %.6f\n", static_cast<long long>(order[i]), last[order[i]]);
+    std::fprintf(stderr, "load %.3f s, forward %zu tokens %.3f s\n", std::chrono::duration<double>(t1 - t0).count(),
+                 ids.size(), std::chrono::duration<double>(t2 - t1).count());
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+    return 2;
+  }
+}
+
+int cmd_info(const std::vector<std::string>& args) {
+  try {
+    auto f = parse_flags(args, {"model"}, "info");
+    if (f.count("help")) {
+      std::printf("deepinfer info --model DIR\n  Prints the derived layer schedule, parameter counts and state bytes.\n");
+      return 0;
+    }
+    if (!f.count("model")) throw Error("deepinfer info: --model DIR is required");
+    loader::ModelConfig cfg = loader::load_config((std::filesystem::path(f["model"]) / "config.json").string());
+    std::printf("%s", model::describe(cfg).c_str());
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+    return 2;
+  }
+}
+
+}  // namespace deepinfer::cli

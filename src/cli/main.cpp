@@ -1,0 +1,36 @@
+// deepinfer: the command-line entry point. Dispatches to a subcommand.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace {
+void usage() {
+  std::fprintf(stderr,
+               "usage: deepinfer <command> [flags]\n"
+               "commands:\n"
+               "  logits  --model DIR --tokens IDS.npy [--chunks 13,9,1] [--out LOGITS.npy] [--top K]\n"
+               "          [--load-format auto|random] [--seed N] [--threads N]\n"
+               "  info    --model DIR\n"
+               "run 'deepinfer <command> --help' for details\n");
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage();
+    return 2;
+  }
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "logits") return deepinfer::cli::cmd_logits(args);
+  if (cmd == "info") return deepinfer::cli::cmd_info(args);
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    usage();
+    return 0;
+  }
+  std::fprintf(stderr, "deepinfer: unknown command '%s'\n", cmd.c_str());
+  usage();
+  return 2;
+}

@@ -1,0 +1,192 @@
+// kernels::Backend: the only seam between the model and a device.
+//
+// Purpose: a small set of ops the DeepSeek-V4.1 forward is written in. Each op takes one
+// args struct of raw views (pointers + sizes, row-major, contiguous) and scalars; shapes and
+// dtypes are commented on every field. The CPU backend (cpu/) is the reference: plain loops
+// with a fixed reduction order and float32 accumulation; the CUDA backend will implement the
+// same ops and be tested against it op by op.
+// Invariants: an op reads only its inputs and writes only its outputs; the result of row r
+// never depends on the other rows of the batch (batch invariance), nor on the thread count.
+// Threading: one Backend per device; ops are called from one thread (the backend may use
+// its own workers inside an op).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace deepinfer::kernels {
+
+// y = x · wᵀ
+struct MatmulArgs {
+  const float* x = nullptr;  // [m, k] fp32
+  const float* w = nullptr;  // [n, k] fp32 (stored weight layout [out, in])
+  float* y = nullptr;        // [m, n] fp32
+  int64_t m = 0, n = 0, k = 0;
+  int64_t ldx = 0;           // row stride of x (0: k)
+  int64_t ldy = 0;           // row stride of y (0: n)
+};
+
+// y = w ⊙ x / sqrt(mean(x²) + eps), per row; w may be null (unweighted). In place allowed.
+struct RmsNormArgs {
+  const float* x = nullptr;  // [rows, dim] fp32
+  const float* w = nullptr;  // [dim] fp32 or null
+  float* y = nullptr;        // [rows, dim] fp32
+  int64_t rows = 0, dim = 0;
+  float eps = 1e-20f;
+};
+
+// Interleaved-pair RoPE on the trailing rope_dim channels of every head, in place.
+struct RopeArgs {
+  float* x = nullptr;          // [rows, heads, head_dim] fp32
+  const float* cos = nullptr;  // [rows, rope_dim/2] fp32, angles of each row's position
+  const float* sin = nullptr;  // [rows, rope_dim/2] fp32
+  int64_t rows = 0, heads = 1, head_dim = 0, rope_dim = 0;
+  bool inverse = false;        // conjugate rotation (uses -sin)
+};
+
+// The reference's always-on fake quantisation, per block of the last dim, in place.
+enum class FakeQuant : uint8_t {
+  kFp8Pow2,    // e4m3fn values, power-of-two (ue8m0) scale per block (window KV, block 32)
+  kFp4Pow2,    // e2m1 values, ue8m0 scale per block (indexer q and k, block 32)
+  kFp4E4m3,    // e2m1 values, e4m3 scale per block (compressed KV, block 16)
+};
+struct FakeQuantArgs {
+  float* x = nullptr;  // [rows, dim] fp32
+  int64_t rows = 0, dim = 0, block = 32;
+  FakeQuant kind = FakeQuant::kFp8Pow2;
+};
+
+// mHC coefficients of one site: pre [hc], post [hc], comb [hc, hc] (Sinkhorn-normalised).
+struct HcMixesArgs {
+  const float* x = nullptr;      // [rows, hc * dim] fp32 residual streams
+  const float* fn = nullptr;     // [(2+hc)*hc, hc*dim] fp32
+  const float* scale = nullptr;  // [3] fp32
+  const float* base = nullptr;   // [(2+hc)*hc] fp32
+  float* pre = nullptr;          // [rows, hc] fp32
+  float* post = nullptr;         // [rows, hc] fp32
+  float* comb = nullptr;         // [rows, hc, hc] fp32, comb[j][k]: input stream j -> output k
+  int64_t rows = 0, hc = 4, dim = 0;
+  int64_t sinkhorn_iters = 20;
+  float norm_eps = 1e-20f, hc_eps = 1e-6f;
+};
+
+// y = Σ_k pre_k · x_k
+struct HcCollapseArgs {
+  const float* x = nullptr;    // [rows, hc, dim] fp32
+  const float* pre = nullptr;  // [rows, hc] fp32
+  float* y = nullptr;          // [rows, dim] fp32
+  int64_t rows = 0, hc = 4, dim = 0;
+};
+
+// x_k <- post_k · y + Σ_j comb[j][k] · x_j  (in place on the streams)
+struct HcExpandArgs {
+  float* x = nullptr;           // [rows, hc, dim] fp32, residual in, streams out
+  const float* y = nullptr;     // [rows, dim] fp32 sublayer output
+  const float* post = nullptr;  // [rows, hc] fp32
+  const float* comb = nullptr;  // [rows, hc, hc] fp32
+  int64_t rows = 0, hc = 4, dim = 0;
+};
+
+// Shared-latent attention (K = V) over a sliding window plus selected compressed entries,
+// one softmax with a per-head sink in the denominator.
+struct AttentionArgs {
+  const float* q = nullptr;          // [s, heads, head_dim] fp32 (post-RoPE)
+  const int64_t* q_pos = nullptr;    // [s] absolute positions of the queries
+  const float* win = nullptr;        // [t_win, head_dim] fp32 window entries (post-RoPE, post-FP8)
+  const int64_t* win_pos = nullptr;  // [t_win] absolute positions of the window entries
+  const float* comp = nullptr;       // [t_comp, head_dim] fp32 compressed entries (may be null)
+  const uint8_t* comp_sel = nullptr; // [s, t_comp] 1 = selected for that query; null = none selected
+  const float* sink = nullptr;       // [heads] fp32
+  float* out = nullptr;              // [s, heads, head_dim] fp32
+  int64_t s = 0, heads = 0, head_dim = 0, t_win = 0, t_comp = 0;
+  int64_t window = 0;                // entry q visible to query p iff p - window < q <= p
+  float scale = 1.0f;
+};
+
+// Compressor pooling: per group of `ratio` rows, per channel, softmax over the gate then
+// the weighted sum of kv.
+struct CompressPoolArgs {
+  const float* kv = nullptr;    // [groups * ratio, dim] fp32
+  const float* gate = nullptr;  // [groups * ratio, dim] fp32
+  float* out = nullptr;         // [groups, dim] fp32
+  int64_t groups = 0, ratio = 2, dim = 0;
+};
+
+// Indexer scores I[s, t] = Σ_h ReLU(q[s,h]·k[t]) · score_scale · w[s,h], then -inf where
+// entry t is not yet visible to the query (t >= floor((pos+1)/ratio)).
+struct IndexerScoreArgs {
+  const float* q = nullptr;        // [s, heads, dim] fp32
+  const float* k = nullptr;        // [t, dim] fp32
+  const float* w = nullptr;        // [s, heads] fp32 head weights (already scaled)
+  const int64_t* q_pos = nullptr;  // [s]
+  float* scores = nullptr;         // [s, t] fp32
+  int64_t s = 0, heads = 0, dim = 0, t = 0, ratio = 1;
+  float score_scale = 1.0f;
+};
+
+// Level one of the two-level top-k: keep the `topk_blocks` best blocks of `block_size`
+// positions (block score = max), the block of the newest visible position pinned.
+struct CandidateBlocksArgs {
+  const float* scores = nullptr;   // [s, t] fp32 (invisible = -inf)
+  const int64_t* q_pos = nullptr;  // [s]
+  uint8_t* keep = nullptr;         // [s, t] 1 = inside a kept block
+  int64_t s = 0, t = 0, ratio = 1, block_size = 8, topk_blocks = 2048;
+};
+
+// Top-k per row; picks whose score is -inf are dropped. Ties: lower index first.
+struct TopkMaskArgs {
+  const float* scores = nullptr;      // [s, t] fp32
+  const uint8_t* restrict_to = nullptr;  // [s, t] or null: scores outside are treated as -inf
+  uint8_t* selected = nullptr;        // [s, t] 1 = picked
+  int64_t s = 0, t = 0, k = 0;
+};
+
+enum class ScoringFunc : uint8_t { kSqrtSoftplus, kSoftmax, kSigmoid };
+
+// Router: scores = f(x·gateᵀ / temp); top-k of scores + bias; weights from unbiased scores.
+struct RouterArgs {
+  const float* logits = nullptr;  // [rows, experts] fp32 = x·gateᵀ
+  const float* bias = nullptr;    // [experts] fp32 selection-only bias (may be null)
+  int32_t* ids = nullptr;         // [rows, top_k] chosen experts, ascending score order not guaranteed
+  float* weights = nullptr;       // [rows, top_k] fp32 routing weights
+  int64_t rows = 0, experts = 0, top_k = 0;
+  float temp = 1.0f, routed_scaling = 1.0f;
+  bool normalize = true;
+  ScoringFunc func = ScoringFunc::kSqrtSoftplus;
+};
+
+// a = silu(min(g, limit)) · clamp(u, -limit, limit) · weight, on rows of [g | u].
+struct SwigluArgs {
+  const float* gate = nullptr;     // [rows, inter] fp32
+  const float* up = nullptr;       // [rows, inter] fp32
+  const float* weight = nullptr;   // [rows] fp32 per-row scale, or null (1)
+  float* out = nullptr;            // [rows, inter] fp32
+  int64_t rows = 0, inter = 0;
+  float limit = 10.0f;             // <= 0: no clamps
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  virtual void matmul(const MatmulArgs& a) = 0;
+  virtual void rms_norm(const RmsNormArgs& a) = 0;
+  virtual void rope(const RopeArgs& a) = 0;
+  virtual void fake_quant(const FakeQuantArgs& a) = 0;
+  virtual void hc_mixes(const HcMixesArgs& a) = 0;
+  virtual void hc_collapse(const HcCollapseArgs& a) = 0;
+  virtual void hc_expand(const HcExpandArgs& a) = 0;
+  virtual void attention(const AttentionArgs& a) = 0;
+  virtual void compress_pool(const CompressPoolArgs& a) = 0;
+  virtual void indexer_scores(const IndexerScoreArgs& a) = 0;
+  virtual void candidate_blocks(const CandidateBlocksArgs& a) = 0;
+  virtual void topk_mask(const TopkMaskArgs& a) = 0;
+  virtual void router(const RouterArgs& a) = 0;
+  virtual void swiglu(const SwigluArgs& a) = 0;
+};
+
+// The CPU reference backend; n_threads <= 0 picks DEEPINFER_THREADS or the core count.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+
+}  // namespace deepinfer::kernels

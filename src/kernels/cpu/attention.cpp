@@ -1,0 +1,57 @@
+// Shared-latent attention: window ∪ selected compressed entries, one softmax, sink in the
+// denominator only. K = V = the 512-wide latent.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace deepinfer::kernels::cpu {
+
+void attention(core::ThreadPool& pool, const AttentionArgs& a) {
+  const int64_t d = a.head_dim;
+  pool.parallel_for(a.s * a.heads, [&](int64_t i0, int64_t i1) {
+    std::vector<float> logit;
+    std::vector<const float*> val;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / a.heads, h = i % a.heads;
+      const float* q = a.q + i * d;
+      const int64_t p = a.q_pos[t];
+      logit.clear();
+      val.clear();
+      for (int64_t j = 0; j < a.t_win; ++j) {
+        const int64_t kp = a.win_pos[j];
+        if (kp > p || kp <= p - a.window) continue;
+        const float* k = a.win + j * d;
+        logit.push_back(dot(q, k, d) * a.scale);
+        val.push_back(k);
+      }
+      if (a.comp && a.comp_sel) {
+        const uint8_t* sel = a.comp_sel + t * a.t_comp;
+        for (int64_t j = 0; j < a.t_comp; ++j) {
+          if (!sel[j]) continue;
+          const float* k = a.comp + j * d;
+          logit.push_back(dot(q, k, d) * a.scale);
+          val.push_back(k);
+        }
+      }
+      const float sink = a.sink[h];
+      float mx = sink;
+      for (float l : logit) mx = std::max(mx, l);
+      float den = std::exp(sink - mx);
+      for (float& l : logit) {
+        l = std::exp(l - mx);
+        den += l;
+      }
+      float* o = a.out + i * d;
+      std::fill(o, o + d, 0.0f);
+      for (size_t j = 0; j < logit.size(); ++j) {
+        const float w = logit[j] / den;
+        const float* v = val[j];
+        for (int64_t c = 0; c < d; ++c) o[c] += w * v[c];
+      }
+    }
+  }, 1);
+}
+
+}  // namespace deepinfer::kernels::cpu

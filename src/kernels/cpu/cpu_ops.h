@@ -1,0 +1,39 @@
+// CPU reference implementations of the kernels::Backend ops, one file per op family.
+//
+// Each function is the plain reference: float32, a fixed reduction order per output element
+// (so a row's result never depends on the batch or the thread split), parallel over
+// independent rows through the backend's thread pool. Vectorisation comes from fixed-width
+// lane accumulators that the compiler maps onto AVX-512 / AVX2 / SSE through function
+// multiversioning (target_clones) chosen at run time; the lane order is in the source, so
+// every instruction set gives the same bits.
+#pragma once
+
+#include "core/thread_pool.h"
+#include "kernels/backend.h"
+
+namespace deepinfer::kernels::cpu {
+
+// Dot product with 16 lane accumulators and a fixed tree reduction.
+float dot(const float* a, const float* b, int64_t k);
+
+void matmul(core::ThreadPool& pool, const MatmulArgs& a);
+void rms_norm(core::ThreadPool& pool, const RmsNormArgs& a);
+void rope(core::ThreadPool& pool, const RopeArgs& a);
+void fake_quant(core::ThreadPool& pool, const FakeQuantArgs& a);
+void hc_mixes(core::ThreadPool& pool, const HcMixesArgs& a);
+void hc_collapse(core::ThreadPool& pool, const HcCollapseArgs& a);
+void hc_expand(core::ThreadPool& pool, const HcExpandArgs& a);
+void attention(core::ThreadPool& pool, const AttentionArgs& a);
+void compress_pool(core::ThreadPool& pool, const CompressPoolArgs& a);
+void indexer_scores(core::ThreadPool& pool, const IndexerScoreArgs& a);
+void candidate_blocks(core::ThreadPool& pool, const CandidateBlocksArgs& a);
+void topk_mask(core::ThreadPool& pool, const TopkMaskArgs& a);
+void router(core::ThreadPool& pool, const RouterArgs& a);
+void swiglu(core::ThreadPool& pool, const SwigluArgs& a);
+
+// Single-block fake quantisers (exposed for unit tests).
+void fake_quant_fp8_pow2(float* x, int64_t n);
+void fake_quant_fp4_pow2(float* x, int64_t n);
+void fake_quant_fp4_e4m3(float* x, int64_t n);
+
+}  // namespace deepinfer::kernels::cpu

@@ -1,0 +1,80 @@
+// Row-wise small ops: RMSNorm, RoPE, SwiGLU with clamps, compressor pooling.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace deepinfer::kernels::cpu {
+
+void rms_norm(core::ThreadPool& pool, const RmsNormArgs& a) {
+  pool.parallel_for(a.rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = a.x + r * a.dim;
+      float* y = a.y + r * a.dim;
+      float ms = dot(x, x, a.dim) / static_cast<float>(a.dim);
+      float inv = 1.0f / std::sqrt(ms + a.eps);
+      for (int64_t i = 0; i < a.dim; ++i) y[i] = a.w ? a.w[i] * (x[i] * inv) : x[i] * inv;
+    }
+  }, 8);
+}
+
+void rope(core::ThreadPool& pool, const RopeArgs& a) {
+  const int64_t half = a.rope_dim / 2, off = a.head_dim - a.rope_dim;
+  pool.parallel_for(a.rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* c = a.cos + r * half;
+      const float* s = a.sin + r * half;
+      for (int64_t h = 0; h < a.heads; ++h) {
+        float* x = a.x + (r * a.heads + h) * a.head_dim + off;
+        for (int64_t i = 0; i < half; ++i) {
+          float sn = a.inverse ? -s[i] : s[i];
+          float e = x[2 * i], o = x[2 * i + 1];
+          x[2 * i] = e * c[i] - o * sn;
+          x[2 * i + 1] = e * sn + o * c[i];
+        }
+      }
+    }
+  }, 4);
+}
+
+void swiglu(core::ThreadPool& pool, const SwigluArgs& a) {
+  pool.parallel_for(a.rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* g = a.gate + r * a.inter;
+      const float* u = a.up + r * a.inter;
+      float* o = a.out + r * a.inter;
+      const float wt = a.weight ? a.weight[r] : 1.0f;
+      for (int64_t i = 0; i < a.inter; ++i) {
+        float gv = g[i], uv = u[i];
+        if (a.limit > 0) {
+          uv = std::clamp(uv, -a.limit, a.limit);
+          gv = std::min(gv, a.limit);
+        }
+        float act = gv / (1.0f + std::exp(-gv));
+        float y = act * uv;
+        o[i] = a.weight ? wt * y : y;
+      }
+    }
+  }, 4);
+}
+
+void compress_pool(core::ThreadPool& pool, const CompressPoolArgs& a) {
+  pool.parallel_for(a.groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const float* kv = a.kv + g * a.ratio * a.dim;
+      const float* gt = a.gate + g * a.ratio * a.dim;
+      float* out = a.out + g * a.dim;
+      for (int64_t c = 0; c < a.dim; ++c) {
+        float mx = -INFINITY;
+        for (int64_t r = 0; r < a.ratio; ++r) mx = std::max(mx, gt[r * a.dim + c]);
+        float den = 0.0f;
+        for (int64_t r = 0; r < a.ratio; ++r) den += std::exp(gt[r * a.dim + c] - mx);
+        float acc = 0.0f;
+        for (int64_t r = 0; r < a.ratio; ++r) acc += kv[r * a.dim + c] * (std::exp(gt[r * a.dim + c] - mx) / den);
+        out[c] = acc;
+      }
+    }
+  }, 1);
+}
+
+}  // namespace deepinfer::kernels::cpu

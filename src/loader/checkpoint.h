@@ -1,0 +1,43 @@
+// A checkpoint directory: config.json plus safetensors (one file or index + shards), with
+// tensor names mapped to one canonical scheme.
+//
+// Canonical names are the release scheme: `embed.weight`, `layers.N.attn.wq_a.weight`,
+// `norm.weight`, `head.weight`. Transformers names (`model.` prefix, `lm_head.weight`) map
+// onto them. Tensors the text model never reads (`mtp.*`, `vision.*`, `aligner.*`,
+// `image_*`) are ignored.
+// Threading: read-only after open.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loader/config.h"
+#include "loader/safetensors.h"
+
+namespace deepinfer::loader {
+
+// Transformers or release name -> canonical name; "" for tensors the text model ignores.
+std::string canonical_tensor_name(const std::string& stored);
+
+class Checkpoint {
+ public:
+  // Opens `dir`: config.json, then model.safetensors.index.json (shards) if present, else
+  // every *.safetensors file in the directory.
+  static std::unique_ptr<Checkpoint> open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const ModelConfig& config() const { return config_; }
+  // nullptr when absent.
+  const TensorInfo* find(const std::string& canonical) const;
+  const std::map<std::string, const TensorInfo*>& tensors() const { return by_name_; }
+
+ private:
+  std::string dir_;
+  ModelConfig config_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorInfo*> by_name_;
+};
+
+}  // namespace deepinfer::loader

@@ -1,0 +1,51 @@
+// safetensors files, memory-mapped: one file, or shards listed by model.safetensors.index.json.
+//
+// Purpose: parse and validate each header (dtype, shape, offsets inside the file, byte
+// count = elements x dtype size, no overlap past the end), and hand out read-only views of
+// tensor bytes straight from the mapping. A truncated or corrupt file is an Error naming
+// the file and the tensor, never an out-of-bounds read.
+// Invariants: a TensorInfo's data pointer stays valid while its SafetensorsFile lives.
+// Threading: read-only after open; safe to read from many threads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace deepinfer::loader {
+
+struct TensorInfo {
+  std::string name;            // as stored in the file
+  core::DType dtype;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  uint64_t nbytes = 0;
+  std::string file;            // for error messages
+  int64_t numel() const;
+  std::string shape_str() const;
+};
+
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  uint64_t size_ = 0;
+  std::map<std::string, TensorInfo> tensors_;
+};
+
+std::string shape_str(const std::vector<int64_t>& shape);
+
+}  // namespace deepinfer::loader

@@ -1,0 +1,351 @@
+#include "model/deepseek_v41.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+
+namespace deepinfer::model {
+
+using kernels::FakeQuant;
+
+struct DeepseekV41::Shared {
+  const float* comp = nullptr;   // [t_comp, hd] running compressed KV of the latest KV source
+  int64_t t_comp = 0;
+  const float* index_k = nullptr;  // [t_index, d_idx] running indexer keys
+  int64_t t_index = 0;
+  bool has_topk = false;
+  std::vector<uint8_t> topk;     // [n, topk_t] 1 = selected
+  int64_t topk_t = 0;
+  bool has_candidates = false;
+  std::vector<uint8_t> candidates;  // [n, cand_t]
+  int64_t cand_t = 0;
+};
+
+struct DeepseekV41::Scratch {
+  int64_t n = 0;
+  std::vector<int64_t> pos;                  // [n]
+  std::vector<float> cos_main, sin_main;     // [n, rd/2]
+  std::vector<float> cos_comp, sin_comp;     // [n, rd/2]
+};
+
+DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::Backend& backend)
+    : cfg_(std::move(config)), w_(std::move(weights)), be_(backend) {
+  rope_main_.inv_freq = rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim, cfg_.max_position_embeddings);
+  rope_compress_.inv_freq = rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim, cfg_.max_position_embeddings);
+}
+
+void DeepseekV41::linear(const float* x, int64_t rows, const Mat& w, float* y) {
+  be_.matmul({.x = x, .w = w.p, .y = y, .m = rows, .n = w.rows, .k = w.cols});
+}
+
+void DeepseekV41::rms(const float* x, const float* w, float* y, int64_t rows, int64_t dim) {
+  be_.rms_norm({.x = x, .w = w, .y = y, .rows = rows, .dim = dim, .eps = static_cast<float>(cfg_.rms_norm_eps)});
+}
+
+void DeepseekV41::rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const std::vector<float>& cos,
+                            const std::vector<float>& sin, bool inverse) {
+  be_.rope({.x = x, .cos = cos.data(), .sin = sin.data(), .rows = rows, .heads = heads, .head_dim = head_dim,
+            .rope_dim = cfg_.qk_rope_head_dim, .inverse = inverse});
+}
+
+void DeepseekV41::forward(const int64_t* tokens, int64_t n, SequenceState& st, float* logits, bool last_only) {
+  const auto& c = cfg_;
+  for (int64_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
+      throw Error("token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                  " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  if (n == 0) return;
+  const int64_t D = c.hidden_size, hc = c.hc_mult;
+  Scratch s;
+  s.n = n;
+  s.pos.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) s.pos[i] = st.length() + i;
+  rope_main_.compute(s.pos.data(), n, &s.cos_main, &s.sin_main);
+  rope_compress_.compute(s.pos.data(), n, &s.cos_comp, &s.sin_comp);
+
+  // Streams: the embedding copied into every hc stream. [n, hc, D]
+  std::vector<float> X(static_cast<size_t>(n * hc * D));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < hc; ++k)
+      std::memcpy(&X[(i * hc + k) * D], w_.embed.p + tokens[i] * D, static_cast<size_t>(D) * sizeof(float));
+  // Previous site's pre mix: one-hot on stream 0. [n, hc]
+  std::vector<float> pre(static_cast<size_t>(n * hc), 0.0f);
+  for (int64_t i = 0; i < n; ++i) pre[i * hc] = 1.0f;
+  std::vector<float> a_pre(pre.size()), a_post(pre.size()), a_comb(static_cast<size_t>(n * hc * hc));
+  std::vector<float> f_post(pre.size()), f_comb(a_comb.size());
+  std::vector<float> xc(static_cast<size_t>(n * D)), xn(xc.size()), y(xc.size());
+  Shared sh;
+  const float hc_eps = static_cast<float>(c.hc_eps), norm_eps = static_cast<float>(c.rms_norm_eps);
+
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+    be_.hc_mixes({.x = X.data(), .fn = L.hc_attn_fn.p, .scale = L.hc_attn_scale, .base = L.hc_attn_base,
+                  .pre = a_pre.data(), .post = a_post.data(), .comb = a_comb.data(), .rows = n, .hc = hc, .dim = D,
+                  .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});
+    be_.hc_collapse({.x = X.data(), .pre = pre.data(), .y = xc.data(), .rows = n, .hc = hc, .dim = D});
+    rms(xc.data(), L.attn_norm, xn.data(), n, D);
+    attention(l, xn.data(), s, st, sh, y.data());
+    be_.hc_expand({.x = X.data(), .y = y.data(), .post = a_post.data(), .comb = a_comb.data(), .rows = n, .hc = hc, .dim = D});
+
+    // The FFN site: its own mixes for the streams after attention; the collapse uses the
+    // attention site's pre (computed before attention).
+    be_.hc_mixes({.x = X.data(), .fn = L.hc_ffn_fn.p, .scale = L.hc_ffn_scale, .base = L.hc_ffn_base,
+                  .pre = pre.data(), .post = f_post.data(), .comb = f_comb.data(), .rows = n, .hc = hc, .dim = D,
+                  .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});
+    be_.hc_collapse({.x = X.data(), .pre = a_pre.data(), .y = xc.data(), .rows = n, .hc = hc, .dim = D});
+    rms(xc.data(), L.ffn_norm, xn.data(), n, D);
+    moe(l, xn.data(), s, y.data());
+    be_.hc_expand({.x = X.data(), .y = y.data(), .post = f_post.data(), .comb = f_comb.data(), .rows = n, .hc = hc, .dim = D});
+    // `pre` now holds this layer's FFN-site pre: the next attention collapses with it.
+  }
+  st.advance(n);
+
+  const int64_t first = last_only ? n - 1 : 0, rows = n - first;
+  be_.hc_collapse({.x = X.data() + first * hc * D, .pre = pre.data() + first * hc, .y = xc.data(), .rows = rows, .hc = hc, .dim = D});
+  rms(xc.data(), w_.norm, xn.data(), rows, D);
+  linear(xn.data(), rows, w_.head, logits);
+}
+
+void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, SequenceState& st, Shared& sh, float* y) {
+  const auto& c = cfg_;
+  const AttentionWeights& A = w_.layers[static_cast<size_t>(l)].attn;
+  const int64_t n = s.n, D = c.hidden_size, H = c.num_attention_heads, hd = c.head_dim;
+  const int64_t ratio = c.ratio(l);
+  const auto& cs = ratio > 0 ? s.cos_comp : s.cos_main;
+  const auto& sn = ratio > 0 ? s.sin_comp : s.sin_main;
+
+  // Queries through the low-rank path; qr also feeds the indexer.
+  std::vector<float> qr(static_cast<size_t>(n * c.q_lora_rank));
+  linear(xn, n, A.wq_a, qr.data());
+  rms(qr.data(), A.q_norm, qr.data(), n, c.q_lora_rank);
+  std::vector<float> q(static_cast<size_t>(n * H * hd));
+  linear(qr.data(), n, A.wq_b, q.data());
+  rope_rows(q.data(), n, H, hd, cs, sn, false);
+
+  // Window K=V: norm, RoPE, FP8 fake quantisation; appended after the cached entries.
+  WindowRing& ring = st.window(l);
+  const int64_t n_cached = static_cast<int64_t>(ring.pos.size());
+  std::vector<float> win(static_cast<size_t>((n_cached + n) * hd));
+  std::vector<int64_t> win_pos(static_cast<size_t>(n_cached + n));
+  std::copy(ring.kv.begin(), ring.kv.end(), win.begin());
+  std::copy(ring.pos.begin(), ring.pos.end(), win_pos.begin());
+  float* kv = win.data() + n_cached * hd;
+  linear(xn, n, A.wkv, kv);
+  rms(kv, A.kv_norm, kv, n, hd);
+  rope_rows(kv, n, 1, hd, cs, sn, false);
+  be_.fake_quant({.x = kv, .rows = n, .dim = hd, .block = 32, .kind = FakeQuant::kFp8Pow2});
+  std::copy(s.pos.begin(), s.pos.end(), win_pos.begin() + n_cached);
+
+  const float* comp = nullptr;
+  const uint8_t* comp_sel = nullptr;
+  int64_t t_comp = 0;
+  if (ratio > 0) {
+    const int64_t src_layer = c.kv_source_of(l);
+    SourceState& src = st.source(src_layer);
+    std::vector<float> latent;
+    int64_t n_groups = 0, g0 = 0;
+    if (c.is_kv_source(l)) compressor(l, xn, s, src, &latent, &n_groups, &g0);
+    if (c.is_index_source(l)) indexer(l, xn, qr.data(), latent, n_groups, g0, s, src, sh);
+    if (n_groups > 0) {
+      // Rotate each new entry at its group's first-token position, FP4-quantise, append.
+      std::vector<int64_t> gpos(static_cast<size_t>(n_groups));
+      for (int64_t g = 0; g < n_groups; ++g) gpos[g] = g0 + ratio * g;
+      std::vector<float> gc, gs;
+      rope_compress_.compute(gpos.data(), n_groups, &gc, &gs);
+      rope_rows(latent.data(), n_groups, 1, hd, gc, gs, false);
+      be_.fake_quant({.x = latent.data(), .rows = n_groups, .dim = hd, .block = 16, .kind = FakeQuant::kFp4E4m3});
+      src.comp.insert(src.comp.end(), latent.begin(), latent.end());
+      src.n_comp += n_groups;
+    }
+    if (c.is_kv_source(l)) {
+      sh.comp = src.comp.data();
+      sh.t_comp = src.n_comp;
+    }
+    if (sh.t_comp > 0) {
+      comp = sh.comp;
+      t_comp = sh.t_comp;
+      if (sh.has_topk) {
+        DI_CHECK(sh.topk_t == t_comp, "top-k width does not match the compressed KV of layer " + std::to_string(l));
+        comp_sel = sh.topk.data();
+      }
+    }
+  }
+
+  std::vector<float> o(static_cast<size_t>(n * H * hd));
+  be_.attention({.q = q.data(), .q_pos = s.pos.data(), .win = win.data(), .win_pos = win_pos.data(), .comp = comp,
+                 .comp_sel = comp_sel, .sink = A.attn_sink, .out = o.data(), .s = n, .heads = H, .head_dim = hd,
+                 .t_win = n_cached + n, .t_comp = t_comp, .window = c.sliding_window,
+                 .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
+
+  // Keep the last window-1 entries.
+  const int64_t keep = std::min<int64_t>(c.sliding_window - 1, n_cached + n);
+  const int64_t drop = n_cached + n - keep;
+  ring.kv.assign(win.begin() + drop * hd, win.end());
+  ring.pos.assign(win_pos.begin() + drop, win_pos.end());
+
+  // Remove the query's rotation from the output, then the grouped low-rank projection.
+  rope_rows(o.data(), n, H, hd, cs, sn, true);
+  const int64_t G = c.o_groups, gw = H * hd / G, olr = c.o_lora_rank;
+  std::vector<float> z(static_cast<size_t>(n * G * olr));
+  for (int64_t g = 0; g < G; ++g)
+    be_.matmul({.x = o.data() + g * gw, .w = A.wo_a.p + g * olr * gw, .y = z.data() + g * olr, .m = n, .n = olr, .k = gw,
+                .ldx = H * hd, .ldy = G * olr});
+  be_.matmul({.x = z.data(), .w = A.wo_b.p, .y = y, .m = n, .n = D, .k = G * olr});
+}
+
+void DeepseekV41::compressor(int64_t l, const float* xn, Scratch& s, SourceState& src, std::vector<float>* latent,
+                             int64_t* n_groups, int64_t* g0) {
+  const auto& c = cfg_;
+  const AttentionWeights& A = w_.layers[static_cast<size_t>(l)].attn;
+  const int64_t n = s.n, hd = c.head_dim, r = c.ratio(l);
+  if (r == 1) {
+    latent->resize(static_cast<size_t>(n * hd));
+    linear(xn, n, A.c_wkv, latent->data());
+    rms(latent->data(), A.c_norm, latent->data(), n, hd);
+    *n_groups = n;
+    *g0 = src.n_comp;
+    return;
+  }
+  // Append this call's projections to the open group's buffer; pool complete groups.
+  const int64_t total = src.buf_rows + n;
+  src.buf_kv.resize(static_cast<size_t>(total * hd));
+  src.buf_gate.resize(static_cast<size_t>(total * hd));
+  linear(xn, n, A.c_wkv, src.buf_kv.data() + src.buf_rows * hd);
+  linear(xn, n, A.c_wgate, src.buf_gate.data() + src.buf_rows * hd);
+  src.buf_rows = total;
+  *g0 = src.n_comp * r;
+  const int64_t groups = total / r;
+  *n_groups = groups;
+  if (groups == 0) return;
+  latent->resize(static_cast<size_t>(groups * hd));
+  be_.compress_pool({.kv = src.buf_kv.data(), .gate = src.buf_gate.data(), .out = latent->data(), .groups = groups,
+                     .ratio = r, .dim = hd});
+  rms(latent->data(), A.c_norm, latent->data(), groups, hd);
+  const int64_t used = groups * r * hd;
+  src.buf_kv.erase(src.buf_kv.begin(), src.buf_kv.begin() + used);
+  src.buf_gate.erase(src.buf_gate.begin(), src.buf_gate.begin() + used);
+  src.buf_rows = total - groups * r;
+}
+
+void DeepseekV41::indexer(int64_t l, const float* xn, const float* qr, const std::vector<float>& latent,
+                          int64_t n_groups, int64_t g0, Scratch& s, SourceState& src, Shared& sh) {
+  const auto& c = cfg_;
+  const AttentionWeights& A = w_.layers[static_cast<size_t>(l)].attn;
+  const int64_t n = s.n, hd = c.head_dim, nh = c.index_n_heads, di = c.index_head_dim, r = c.ratio(l);
+  if (c.is_kv_source(l)) {
+    if (n_groups > 0) {
+      // Keys from the pre-RoPE, pre-FP4 latent.
+      std::vector<float> k(static_cast<size_t>(n_groups * di));
+      linear(latent.data(), n_groups, A.i_wk, k.data());
+      rms(k.data(), A.i_k_norm, k.data(), n_groups, di);
+      std::vector<int64_t> gpos(static_cast<size_t>(n_groups));
+      for (int64_t g = 0; g < n_groups; ++g) gpos[g] = g0 + r * g;
+      std::vector<float> gc, gs;
+      rope_compress_.compute(gpos.data(), n_groups, &gc, &gs);
+      rope_rows(k.data(), n_groups, 1, di, gc, gs, false);
+      be_.fake_quant({.x = k.data(), .rows = n_groups, .dim = di, .block = 32, .kind = FakeQuant::kFp4Pow2});
+      src.index_k.insert(src.index_k.end(), k.begin(), k.end());
+      src.n_index += n_groups;
+    }
+    sh.index_k = src.index_k.data();
+    sh.t_index = src.n_index;
+  }
+  (void)hd;
+  const int64_t T = sh.t_index;
+  if (T == 0) return;
+  std::vector<float> q(static_cast<size_t>(n * nh * di));
+  linear(qr, n, A.i_wq_b, q.data());
+  rope_rows(q.data(), n, nh, di, s.cos_comp, s.sin_comp, false);
+  be_.fake_quant({.x = q.data(), .rows = n * nh, .dim = di, .block = 32, .kind = FakeQuant::kFp4Pow2});
+  std::vector<float> w(static_cast<size_t>(n * nh));
+  linear(xn, n, A.i_weights_proj, w.data());
+  const float head_scale = 1.0f / std::sqrt(static_cast<float>(nh));
+  for (float& v : w) v *= head_scale;
+  std::vector<float> scores(static_cast<size_t>(n * T));
+  be_.indexer_scores({.q = q.data(), .k = sh.index_k, .w = w.data(), .q_pos = s.pos.data(), .scores = scores.data(),
+                      .s = n, .heads = nh, .dim = di, .t = T, .ratio = r,
+                      .score_scale = 1.0f / std::sqrt(static_cast<float>(di))});
+  const uint8_t* restrict_to = nullptr;
+  if (l == c.candidate_source_layer_id) {
+    sh.candidates.assign(static_cast<size_t>(n * T), 0);
+    be_.candidate_blocks({.scores = scores.data(), .q_pos = s.pos.data(), .keep = sh.candidates.data(), .s = n, .t = T,
+                          .ratio = r, .block_size = c.candidate_block_size, .topk_blocks = c.candidate_topk_blocks});
+    sh.has_candidates = true;
+    sh.cand_t = T;
+  } else if (c.candidate_source_layer_id >= 0 && c.candidate_source_layer_id < l && sh.has_candidates) {
+    DI_CHECK(sh.cand_t == T, "candidate mask width does not match the indexer keys of layer " + std::to_string(l));
+    restrict_to = sh.candidates.data();
+  }
+  sh.topk.assign(static_cast<size_t>(n * T), 0);
+  be_.topk_mask({.scores = scores.data(), .restrict_to = restrict_to, .selected = sh.topk.data(), .s = n, .t = T,
+                 .k = std::min(c.index_topk, T)});
+  sh.has_topk = true;
+  sh.topk_t = T;
+}
+
+void DeepseekV41::moe(int64_t l, const float* xn, Scratch& s, float* y) {
+  const auto& c = cfg_;
+  const MoeWeights& F = w_.layers[static_cast<size_t>(l)].ffn;
+  const int64_t n = s.n, D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, I = c.moe_intermediate_size;
+  std::vector<float> logits(static_cast<size_t>(n * E));
+  linear(xn, n, F.gate, logits.data());
+  std::vector<int32_t> ids(static_cast<size_t>(n * K));
+  std::vector<float> wts(static_cast<size_t>(n * K));
+  kernels::ScoringFunc fn = c.scoring_func == "softmax"   ? kernels::ScoringFunc::kSoftmax
+                            : c.scoring_func == "sigmoid" ? kernels::ScoringFunc::kSigmoid
+                                                          : kernels::ScoringFunc::kSqrtSoftplus;
+  be_.router({.logits = logits.data(), .bias = F.bias, .ids = ids.data(), .weights = wts.data(), .rows = n, .experts = E,
+              .top_k = K, .temp = static_cast<float>(c.gate_temp), .routed_scaling = static_cast<float>(c.routed_scaling_factor),
+              .normalize = c.norm_topk_prob, .func = fn});
+  // Group (token, slot) pairs by expert; each expert runs once over its rows.
+  std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(E));
+  for (int64_t i = 0; i < n * K; ++i) rows_of[static_cast<size_t>(ids[i])].push_back(i);
+  std::vector<float> slot_out(static_cast<size_t>(n * K * D));
+  std::vector<float> xg, g, u, a, o;
+  const float limit = static_cast<float>(c.swiglu_limit);
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& rs = rows_of[static_cast<size_t>(e)];
+    if (rs.empty()) continue;
+    const int64_t m = static_cast<int64_t>(rs.size());
+    xg.resize(static_cast<size_t>(m * D));
+    std::vector<float> rw(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(&xg[i * D], xn + (rs[i] / K) * D, static_cast<size_t>(D) * sizeof(float));
+      rw[i] = wts[rs[i]];
+    }
+    g.resize(static_cast<size_t>(m * I));
+    u.resize(g.size());
+    a.resize(g.size());
+    o.resize(static_cast<size_t>(m * D));
+    linear(xg.data(), m, F.w1[e], g.data());
+    linear(xg.data(), m, F.w3[e], u.data());
+    be_.swiglu({.gate = g.data(), .up = u.data(), .weight = rw.data(), .out = a.data(), .rows = m, .inter = I, .limit = limit});
+    linear(a.data(), m, F.w2[e], o.data());
+    for (int64_t i = 0; i < m; ++i) std::memcpy(&slot_out[rs[i] * D], &o[i * D], static_cast<size_t>(D) * sizeof(float));
+  }
+  // Shared expert over every row.
+  std::vector<float> sg(static_cast<size_t>(n * I)), su(sg.size()), sa(sg.size()), so(static_cast<size_t>(n * D));
+  linear(xn, n, F.s_w1, sg.data());
+  linear(xn, n, F.s_w3, su.data());
+  be_.swiglu({.gate = sg.data(), .up = su.data(), .weight = nullptr, .out = sa.data(), .rows = n, .inter = I, .limit = limit});
+  linear(sa.data(), n, F.s_w2, so.data());
+  // Per token: routed outputs in ascending expert order (as the reference accumulates),
+  // then the shared expert.
+  std::vector<int64_t> order(static_cast<size_t>(K));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t k = 0; k < K; ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), [&](int64_t x1, int64_t x2) { return ids[t * K + x1] < ids[t * K + x2]; });
+    float* yt = y + t * D;
+    std::fill(yt, yt + D, 0.0f);
+    for (int64_t k : order) {
+      const float* src = &slot_out[(t * K + k) * D];
+      for (int64_t d = 0; d < D; ++d) yt[d] += src[d];
+    }
+    for (int64_t d = 0; d < D; ++d) yt[d] += so[t * D + d];
+  }
+}
+
+}  // namespace deepinfer::model

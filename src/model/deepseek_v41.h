@@ -1,0 +1,58 @@
+// DeepseekV41: the text model's forward pass as a straight-line sequence of backend ops.
+//
+// Purpose: run a chunk of tokens of one sequence at positions state.length()...
+// through embedding, the L layers (mHC, shared-latent attention with window + compressed
+// sparse branch, MoE) and the head, appending to the sequence's state. Any chunking of a
+// prompt gives the same logits as one call (absolute positions everywhere; partial groups
+// carried in the state). Engram and the DSpark stages come with later issues.
+// Invariants: the model holds no per-sequence state of its own; all of it is in
+// SequenceState. It calls only kernels::Backend ops for arithmetic.
+// Threading: one forward at a time per model object (scratch is per call).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "loader/config.h"
+#include "model/rope.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+namespace deepinfer::model {
+
+class DeepseekV41 {
+ public:
+  DeepseekV41(loader::ModelConfig config, Weights weights, kernels::Backend& backend);
+
+  const loader::ModelConfig& config() const { return cfg_; }
+  const Weights& weights() const { return w_; }
+  SequenceState new_state() const { return SequenceState(cfg_); }
+
+  // Runs tokens [n] and writes logits [n, vocab] fp32 (every row) into `logits`, or only the
+  // last row when last_only is set (then `logits` holds [1, vocab]). Token ids outside the
+  // vocabulary are an Error (nothing is appended to the state then).
+  void forward(const int64_t* tokens, int64_t n, SequenceState& state, float* logits, bool last_only = false);
+
+ private:
+  struct Shared;  // per-forward published tensors (compressed KV, indexer keys, top-k)
+  struct Scratch;
+  void attention(int64_t layer, const float* xn, Scratch& s, SequenceState& st, Shared& sh, float* y);
+  void compressor(int64_t layer, const float* xn, Scratch& s, SourceState& src, std::vector<float>* latent,
+                  int64_t* n_groups, int64_t* g0);
+  void indexer(int64_t layer, const float* xn, const float* qr, const std::vector<float>& latent, int64_t n_groups,
+               int64_t g0, Scratch& s, SourceState& src, Shared& sh);
+  void moe(int64_t layer, const float* xn, Scratch& s, float* y);
+  void rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const std::vector<float>& cos,
+                 const std::vector<float>& sin, bool inverse);
+  void rms(const float* x, const float* w, float* y, int64_t rows, int64_t dim);
+  void linear(const float* x, int64_t rows, const Mat& w, float* y);
+
+  loader::ModelConfig cfg_;
+  Weights w_;
+  kernels::Backend& be_;
+  RopeTable rope_main_, rope_compress_;
+};
+
+}  // namespace deepinfer::model

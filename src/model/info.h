@@ -1,0 +1,22 @@
+// A human-readable summary of a config: the derived schedule, parameter counts per part,
+// bytes of per-sequence state. Used by `deepinfer info` and the benchmarks.
+// Threading: pure functions.
+#pragma once
+
+#include <string>
+
+#include "loader/config.h"
+
+namespace deepinfer::model {
+
+struct StateBytes {
+  double fixed_fp32 = 0;        // window rings at full length (all layers), float32 as stored now
+  double per_token_fp32 = 0;    // compressed KV + indexer keys per token, float32 as stored now
+  double fixed_quant = 0;       // the same in the formats the model rounds to (FP8 window, ...)
+  double per_token_quant = 0;   // FP4 compressed KV (e4m3 scale / 16), FP4 indexer keys (ue8m0 / 32)
+};
+StateBytes state_bytes(const loader::ModelConfig& c);
+
+std::string describe(const loader::ModelConfig& c);
+
+}  // namespace deepinfer::model

@@ -1,0 +1,96 @@
+// DeepSeek-V4.1 weights as the forward reads them, every tensor float32 row-major.
+//
+// Purpose: one struct per module with the shape of every tensor commented; load them from
+// a checkpoint (each tensor checked for presence, shape and dtype, F32 mapped in place,
+// BF16/F16 widened) or fill them with seeded random values from a config alone
+// (`--load-format random`). FP8/MXFP4 release weights arrive with the checkpoint-format
+// issue. Symbols: D hidden, H heads, hd head_dim, E experts, I expert width, V vocab.
+// Invariants: pointers stay valid while the Weights (and its Checkpoint) live.
+// Threading: immutable after loading.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loader/checkpoint.h"
+#include "loader/config.h"
+
+namespace deepinfer::model {
+
+struct Mat {
+  const float* p = nullptr;  // [rows, cols] fp32
+  int64_t rows = 0, cols = 0;
+  explicit operator bool() const { return p != nullptr; }
+};
+
+struct AttentionWeights {
+  Mat wq_a;                        // [q_lora, D]
+  const float* q_norm = nullptr;   // [q_lora]
+  Mat wq_b;                        // [H*hd, q_lora]
+  Mat wkv;                         // [hd, D]
+  const float* kv_norm = nullptr;  // [hd]
+  Mat wo_a;                        // [o_groups*o_lora, H*hd/o_groups]
+  Mat wo_b;                        // [D, o_groups*o_lora]
+  const float* attn_sink = nullptr;  // [H]
+  // KV sources only
+  Mat c_wkv;                       // [hd, D]
+  Mat c_wgate;                     // [hd, D], ratio > 1 only
+  const float* c_norm = nullptr;   // [hd]
+  // index sources only
+  Mat i_wq_b;                      // [n_idx*d_idx, q_lora]
+  Mat i_weights_proj;              // [n_idx, D]
+  Mat i_wk;                        // [d_idx, hd], index sources that are KV sources
+  const float* i_k_norm = nullptr; // [d_idx]
+};
+
+struct MoeWeights {
+  Mat gate;                        // [E, D]
+  const float* bias = nullptr;     // [E] selection-only correction bias
+  std::vector<Mat> w1, w3;         // E x [I, D]
+  std::vector<Mat> w2;             // E x [D, I]
+  Mat s_w1, s_w3;                  // [I, D] shared expert
+  Mat s_w2;                        // [D, I]
+};
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [D]
+  const float* ffn_norm = nullptr;   // [D]
+  Mat hc_attn_fn;                    // [(2+hc)*hc, hc*D]
+  const float* hc_attn_base = nullptr;   // [(2+hc)*hc]
+  const float* hc_attn_scale = nullptr;  // [3]
+  Mat hc_ffn_fn;
+  const float* hc_ffn_base = nullptr;
+  const float* hc_ffn_scale = nullptr;
+  AttentionWeights attn;
+  MoeWeights ffn;
+};
+
+struct Weights {
+  Mat embed;                      // [V, D]
+  const float* norm = nullptr;    // [D]
+  Mat head;                       // [V, D]
+  std::vector<LayerWeights> layers;
+  // Storage for tensors that are not mapped in place.
+  std::vector<std::unique_ptr<float[]>> owned;
+  int64_t owned_floats = 0;
+};
+
+// Loads and checks every tensor the text model reads. Errors name the tensor, the expected
+// shape/dtype and what was found.
+Weights load_weights(const loader::Checkpoint& ck);
+// Seeded random weights at the config's shapes (matrices ~ N(0, std), norms ~ 1, biases 0).
+Weights random_weights(const loader::ModelConfig& c, uint64_t seed);
+
+// Parameter counts per part, for `deepinfer info` and the benchmark.
+struct ParamCounts {
+  int64_t embed = 0, head = 0, attention = 0, compressor = 0, indexer = 0, mhc = 0, norms = 0;
+  int64_t routed_experts = 0, shared_experts = 0, router = 0;
+  int64_t total() const;
+  // Parameters read for one token (all except the experts not routed to).
+  int64_t active_per_token(const loader::ModelConfig& c) const;
+};
+ParamCounts count_params(const loader::ModelConfig& c);
+
+}  // namespace deepinfer::model

@@ -1,0 +1,105 @@
+// Golden tests: the reference's logits for every fixture, in three chunkings, and its
+// greedy continuation reproduced by argmax decoding.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/npy.h"
+#include "kernels/backend.h"
+#include "loader/checkpoint.h"
+#include "model/deepseek_v41.h"
+
+using namespace deepinfer;
+
+namespace {
+
+struct Fixture {
+  std::unique_ptr<loader::Checkpoint> ck;
+  std::unique_ptr<kernels::Backend> be;
+  std::unique_ptr<model::DeepseekV41> m;
+  explicit Fixture(const std::string& name) {
+    ck = loader::Checkpoint::open(std::string(DEEPINFER_TEST_DATA) + "/v41/" + name);
+    be = kernels::make_cpu_backend(2);
+    m = std::make_unique<model::DeepseekV41>(ck->config(), model::load_weights(*ck), *be);
+  }
+  std::string golden(const std::string& f) const { return ck->dir() + "/golden/" + f; }
+};
+
+// Relative error max|ours - ref| / max|ref| of the logits when fed in the given chunks.
+double run_chunks(Fixture& fx, const std::vector<int64_t>& chunks, int64_t* n_out = nullptr) {
+  std::vector<int64_t> tokens = core::read_npy_ints(fx.golden("tokens.npy"));
+  std::vector<int64_t> shape;
+  std::vector<float> ref = core::read_npy_f32(fx.golden("logits_full.npy"), &shape);
+  const int64_t n = static_cast<int64_t>(tokens.size()), V = fx.m->config().vocab_size;
+  EXPECT_EQ(shape, (std::vector<int64_t>{n, V}));
+  std::vector<float> ours(static_cast<size_t>(n * V));
+  model::SequenceState st = fx.m->new_state();
+  int64_t done = 0;
+  size_t ci = 0;
+  while (done < n) {
+    int64_t c = std::min(chunks[std::min(ci, chunks.size() - 1)], n - done);
+    fx.m->forward(tokens.data() + done, c, st, ours.data() + done * V);
+    done += c;
+    ++ci;
+  }
+  double max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
+    double d = std::fabs(static_cast<double>(ours[i]) - ref[i]);
+    if (!(d <= max_diff)) max_diff = std::isnan(d) ? INFINITY : d;
+  }
+  if (n_out) *n_out = n;
+  return max_diff / max_ref;
+}
+
+class Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Golden, LogitsOneCall) {
+  Fixture fx(GetParam());
+  double err = run_chunks(fx, {1 << 30});
+  RecordProperty("rel_err", std::to_string(err));
+  std::printf("[%s] one call: rel err %.3g\n", GetParam().c_str(), err);
+  EXPECT_LE(err, 1e-4);
+}
+
+TEST_P(Golden, LogitsChunks13_9_1) {
+  Fixture fx(GetParam());
+  double err = run_chunks(fx, {13, 9, 1});
+  std::printf("[%s] chunks 13,9,1,1,...: rel err %.3g\n", GetParam().c_str(), err);
+  EXPECT_LE(err, 1e-4);
+}
+
+TEST_P(Golden, LogitsChunks7) {
+  Fixture fx(GetParam());
+  double err = run_chunks(fx, {7});
+  std::printf("[%s] chunks of 7: rel err %.3g\n", GetParam().c_str(), err);
+  EXPECT_LE(err, 1e-4);
+}
+
+TEST_P(Golden, GreedyTokens) {
+  Fixture fx(GetParam());
+  std::vector<int64_t> prompt = core::read_npy_ints(fx.golden("greedy_prompt.npy"));
+  std::vector<int64_t> expect = core::read_npy_ints(fx.golden("greedy_tokens.npy"));
+  const int64_t V = fx.m->config().vocab_size;
+  model::SequenceState st = fx.m->new_state();
+  std::vector<float> logits(static_cast<size_t>(V));
+  fx.m->forward(prompt.data(), static_cast<int64_t>(prompt.size()), st, logits.data(), /*last_only=*/true);
+  std::vector<int64_t> got;
+  for (size_t i = 0; i < expect.size(); ++i) {
+    int64_t tok = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    got.push_back(tok);
+    fx.m->forward(&tok, 1, st, logits.data());
+  }
+  EXPECT_EQ(got, expect);
+}
+
+INSTANTIATE_TEST_SUITE_P(V41, Golden, ::testing::Values("swa", "ced-1src", "ced", "ced-reindex"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+}  // namespace
