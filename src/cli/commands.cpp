@@ -17,14 +17,14 @@ namespace deepinfer::cli {
 
 namespace {
 
-// --flag value pairs; every flag must be known and carry a value (except boolean ones).
+// --flag value pairs; every flag must be known and carry a value (--help excepted).
 std::map<std::string, std::string> parse_flags(const std::vector<std::string>& args, const std::vector<std::string>& known,
                                                const std::string& cmd) {
   std::map<std::string, std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
-      out["help"] = "1";
+      out.emplace("help", "1");
       continue;
     }
     if (a.rfind("--", 0) != 0) throw Error("deepinfer " + cmd + ": unexpected argument '" + a + "'");

@@ -51,6 +51,16 @@ void DeepseekV41::rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_
             .rope_dim = cfg_.qk_rope_head_dim, .inverse = inverse});
 }
 
+void DeepseekV41::publish_groups(float* x, int64_t n_groups, int64_t dim, int64_t g0, int64_t ratio, FakeQuant kind,
+                                 int64_t block) {
+  std::vector<int64_t> gpos(static_cast<size_t>(n_groups));
+  for (int64_t g = 0; g < n_groups; ++g) gpos[g] = g0 + ratio * g;
+  std::vector<float> gc, gs;
+  rope_compress_.compute(gpos.data(), n_groups, &gc, &gs);
+  rope_rows(x, n_groups, 1, dim, gc, gs, false);
+  be_.fake_quant({.x = x, .rows = n_groups, .dim = dim, .block = block, .kind = kind});
+}
+
 void DeepseekV41::forward(const int64_t* tokens, int64_t n, SequenceState& st, float* logits, bool last_only) {
   const auto& c = cfg_;
   for (int64_t i = 0; i < n; ++i)
@@ -151,12 +161,7 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, SequenceStat
     if (c.is_index_source(l)) indexer(l, xn, qr.data(), latent, n_groups, g0, s, src, sh);
     if (n_groups > 0) {
       // Rotate each new entry at its group's first-token position, FP4-quantise, append.
-      std::vector<int64_t> gpos(static_cast<size_t>(n_groups));
-      for (int64_t g = 0; g < n_groups; ++g) gpos[g] = g0 + ratio * g;
-      std::vector<float> gc, gs;
-      rope_compress_.compute(gpos.data(), n_groups, &gc, &gs);
-      rope_rows(latent.data(), n_groups, 1, hd, gc, gs, false);
-      be_.fake_quant({.x = latent.data(), .rows = n_groups, .dim = hd, .block = 16, .kind = FakeQuant::kFp4E4m3});
+      publish_groups(latent.data(), n_groups, hd, g0, ratio, FakeQuant::kFp4E4m3, 16);
       src.comp.insert(src.comp.end(), latent.begin(), latent.end());
       src.n_comp += n_groups;
     }
@@ -234,26 +239,20 @@ void DeepseekV41::indexer(int64_t l, const float* xn, const float* qr, const std
                           int64_t n_groups, int64_t g0, Scratch& s, SourceState& src, Shared& sh) {
   const auto& c = cfg_;
   const AttentionWeights& A = w_.layers[static_cast<size_t>(l)].attn;
-  const int64_t n = s.n, hd = c.head_dim, nh = c.index_n_heads, di = c.index_head_dim, r = c.ratio(l);
+  const int64_t n = s.n, nh = c.index_n_heads, di = c.index_head_dim, r = c.ratio(l);
   if (c.is_kv_source(l)) {
     if (n_groups > 0) {
       // Keys from the pre-RoPE, pre-FP4 latent.
       std::vector<float> k(static_cast<size_t>(n_groups * di));
       linear(latent.data(), n_groups, A.i_wk, k.data());
       rms(k.data(), A.i_k_norm, k.data(), n_groups, di);
-      std::vector<int64_t> gpos(static_cast<size_t>(n_groups));
-      for (int64_t g = 0; g < n_groups; ++g) gpos[g] = g0 + r * g;
-      std::vector<float> gc, gs;
-      rope_compress_.compute(gpos.data(), n_groups, &gc, &gs);
-      rope_rows(k.data(), n_groups, 1, di, gc, gs, false);
-      be_.fake_quant({.x = k.data(), .rows = n_groups, .dim = di, .block = 32, .kind = FakeQuant::kFp4Pow2});
+      publish_groups(k.data(), n_groups, di, g0, r, FakeQuant::kFp4Pow2, 32);
       src.index_k.insert(src.index_k.end(), k.begin(), k.end());
       src.n_index += n_groups;
     }
     sh.index_k = src.index_k.data();
     sh.t_index = src.n_index;
   }
-  (void)hd;
   const int64_t T = sh.t_index;
   if (T == 0) return;
   std::vector<float> q(static_cast<size_t>(n * nh * di));

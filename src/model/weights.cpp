@@ -100,21 +100,14 @@ const float* fetch(const loader::Checkpoint& ck, Weights& w, const std::string& 
       std::memcpy(out, t->data, static_cast<size_t>(n) * 4);
       return out;
     }
-    case core::DType::BF16: {
-      float* out = own(w, n);
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t b;
-        std::memcpy(&b, t->data + 2 * i, 2);
-        out[i] = core::bf16_to_f32(b);
-      }
-      return out;
-    }
+    case core::DType::BF16:
     case core::DType::F16: {
+      float (*widen)(uint16_t) = t->dtype == core::DType::BF16 ? core::bf16_to_f32 : core::f16_to_f32;
       float* out = own(w, n);
       for (int64_t i = 0; i < n; ++i) {
         uint16_t b;
         std::memcpy(&b, t->data + 2 * i, 2);
-        out[i] = core::f16_to_f32(b);
+        out[i] = widen(b);
       }
       return out;
     }

@@ -1,1 +1,209 @@
+// CPU backend ops against direct double-precision implementations of the spec's formulas,
+// plus the properties the engine relies on (batch invariance, top-k tie and -inf rules).
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "kernels/backend.h"
+
+using namespace deepinfer;
+
+namespace {
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> v(n);
+  for (auto& x : v) x = scale * nd(rng);
+  return v;
+}
+constexpr float kInf = std::numeric_limits<float>::infinity();
+}  // namespace
+
+TEST(Ops, MatmulMatchesNaiveAndIsBatchInvariant) {
+  auto be = kernels::make_cpu_backend(2);
+  const int64_t m = 7, n = 33, k = 75;
+  auto x = randn(m * k, 1), w = randn(n * k, 2);
+  std::vector<float> y(m * n);
+  be->matmul({.x = x.data(), .w = w.data(), .y = y.data(), .m = m, .n = n, .k = k});
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double r = 0;
+      for (int64_t t = 0; t < k; ++t) r += static_cast<double>(x[i * k + t]) * w[j * k + t];
+      EXPECT_NEAR(y[i * n + j], r, 1e-4) << i << "," << j;
+    }
+  // Each row alone gives the same bits as inside the batch.
+  for (int64_t i = 0; i < m; ++i) {
+    std::vector<float> yi(n);
+    be->matmul({.x = x.data() + i * k, .w = w.data(), .y = yi.data(), .m = 1, .n = n, .k = k});
+    for (int64_t j = 0; j < n; ++j) EXPECT_EQ(yi[j], y[i * n + j]);
+  }
+  // And the thread count does not matter.
+  auto be1 = kernels::make_cpu_backend(1);
+  std::vector<float> y1(m * n);
+  be1->matmul({.x = x.data(), .w = w.data(), .y = y1.data(), .m = m, .n = n, .k = k});
+  EXPECT_EQ(y1, y);
+}
+
+TEST(Ops, HcMixesSinkhorn) {
+  auto be = kernels::make_cpu_backend(2);
+  const int64_t rows = 3, hc = 4, dim = 16, mix = (2 + hc) * hc;
+  auto x = randn(rows * hc * dim, 3), fn = randn(mix * hc * dim, 4, 0.5f), base = randn(mix, 5, 0.3f);
+  std::vector<float> scale = {0.9f, 1.1f, 2.0f};
+  std::vector<float> pre(rows * hc), post(rows * hc), comb(rows * hc * hc);
+  be->hc_mixes({.x = x.data(), .fn = fn.data(), .scale = scale.data(), .base = base.data(), .pre = pre.data(),
+                .post = post.data(), .comb = comb.data(), .rows = rows, .hc = hc, .dim = dim, .sinkhorn_iters = 20,
+                .norm_eps = 1e-20f, .hc_eps = 1e-6f});
+  for (int64_t r = 0; r < rows; ++r) {
+    // Reference in double, straight from the spec (section 3.3).
+    const float* xr = x.data() + r * hc * dim;
+    double ms = 0;
+    for (int64_t i = 0; i < hc * dim; ++i) ms += static_cast<double>(xr[i]) * xr[i];
+    double inv = 1.0 / std::sqrt(ms / static_cast<double>(hc * dim) + 1e-20);
+    std::vector<double> m(mix);
+    for (int64_t j = 0; j < mix; ++j) {
+      double s = 0;
+      for (int64_t i = 0; i < hc * dim; ++i) s += xr[i] * inv * fn[j * hc * dim + i];
+      m[j] = s;
+    }
+    auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+    for (int64_t k = 0; k < hc; ++k) {
+      EXPECT_NEAR(pre[r * hc + k], sig(m[k] * scale[0] + base[k]) + 1e-6, 1e-5);
+      EXPECT_NEAR(post[r * hc + k], 2 * sig(m[hc + k] * scale[1] + base[hc + k]), 1e-5);
+    }
+    std::vector<double> c(hc * hc);
+    for (int64_t j = 0; j < hc; ++j) {
+      double mx = -1e30, den = 0;
+      for (int64_t k = 0; k < hc; ++k) mx = std::max(mx, m[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k]);
+      for (int64_t k = 0; k < hc; ++k) den += std::exp(m[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k] - mx);
+      for (int64_t k = 0; k < hc; ++k) c[j * hc + k] = std::exp(m[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k] - mx) / den + 1e-6;
+    }
+    auto coln = [&] { for (int64_t k = 0; k < hc; ++k) { double s = 0; for (int64_t j = 0; j < hc; ++j) s += c[j * hc + k]; for (int64_t j = 0; j < hc; ++j) c[j * hc + k] /= s + 1e-6; } };
+    auto rown = [&] { for (int64_t j = 0; j < hc; ++j) { double s = 0; for (int64_t k = 0; k < hc; ++k) s += c[j * hc + k]; for (int64_t k = 0; k < hc; ++k) c[j * hc + k] /= s + 1e-6; } };
+    coln();
+    for (int it = 0; it < 19; ++it) { rown(); coln(); }
+    for (int64_t i = 0; i < hc * hc; ++i) EXPECT_NEAR(comb[r * hc * hc + i], c[i], 1e-5);
+    // Column sums are ~1 after the final column step (doubly stochastic up to eps).
+    for (int64_t k = 0; k < hc; ++k) {
+      double s = 0;
+      for (int64_t j = 0; j < hc; ++j) s += comb[r * hc * hc + j * hc + k];
+      EXPECT_NEAR(s, 1.0, 1e-5);
+    }
+  }
+}
+
+TEST(Ops, HcCollapseExpand) {
+  auto be = kernels::make_cpu_backend(1);
+  const int64_t hc = 2, dim = 3;
+  std::vector<float> x = {1, 2, 3, 10, 20, 30}, pre = {0.5f, 2.0f}, y(3);
+  be->hc_collapse({.x = x.data(), .pre = pre.data(), .y = y.data(), .rows = 1, .hc = hc, .dim = dim});
+  EXPECT_EQ(y, (std::vector<float>{20.5f, 41.0f, 61.5f}));
+  std::vector<float> post = {1.0f, 0.0f}, comb = {0.0f, 1.0f, 1.0f, 0.0f};  // swap streams
+  std::vector<float> sub = {100, 200, 300};
+  be->hc_expand({.x = x.data(), .y = sub.data(), .post = post.data(), .comb = comb.data(), .rows = 1, .hc = hc, .dim = dim});
+  EXPECT_EQ(x, (std::vector<float>{110, 220, 330, 1, 2, 3}));
+}
+
+TEST(Ops, AttentionWindowCompressedAndSink) {
+  auto be = kernels::make_cpu_backend(2);
+  const int64_t s = 3, H = 2, d = 8, tw = 5, tc = 4, W = 3;
+  auto q = randn(s * H * d, 7), win = randn(tw * d, 8), comp = randn(tc * d, 9);
+  std::vector<int64_t> qpos = {2, 3, 4}, wpos = {0, 1, 2, 3, 4};
+  std::vector<uint8_t> sel = {1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0};
+  std::vector<float> sink = {0.3f, -1.0f}, out(s * H * d);
+  be->attention({.q = q.data(), .q_pos = qpos.data(), .win = win.data(), .win_pos = wpos.data(), .comp = comp.data(),
+                 .comp_sel = sel.data(), .sink = sink.data(), .out = out.data(), .s = s, .heads = H, .head_dim = d,
+                 .t_win = tw, .t_comp = tc, .window = W, .scale = 0.35f});
+  for (int64_t t = 0; t < s; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<std::pair<double, const float*>> ents;
+      auto score = [&](const float* k) {
+        double r = 0;
+        for (int64_t c = 0; c < d; ++c) r += static_cast<double>(q[(t * H + h) * d + c]) * k[c];
+        return r * 0.35;
+      };
+      for (int64_t j = 0; j < tw; ++j)
+        if (wpos[j] <= qpos[t] && wpos[j] > qpos[t] - W) ents.push_back({score(&win[j * d]), &win[j * d]});
+      for (int64_t j = 0; j < tc; ++j)
+        if (sel[t * tc + j]) ents.push_back({score(&comp[j * d]), &comp[j * d]});
+      double den = std::exp(static_cast<double>(sink[h]));
+      for (auto& e : ents) den += std::exp(e.first);
+      for (int64_t c = 0; c < d; ++c) {
+        double o = 0;
+        for (auto& e : ents) o += std::exp(e.first) / den * e.second[c];
+        EXPECT_NEAR(out[(t * H + h) * d + c], o, 1e-5);
+      }
+    }
+}
+
+TEST(Ops, TopkDropsNegInfAndBreaksTiesByIndex) {
+  auto be = kernels::make_cpu_backend(1);
+  std::vector<float> sc = {1.0f, -kInf, 3.0f, 1.0f, 1.0f, -kInf};
+  std::vector<uint8_t> sel(6);
+  be->topk_mask({.scores = sc.data(), .selected = sel.data(), .s = 1, .t = 6, .k = 3});
+  EXPECT_EQ(sel, (std::vector<uint8_t>{1, 0, 1, 1, 0, 0}));  // 3.0, then the tie at 1.0 by lower index
+  be->topk_mask({.scores = sc.data(), .selected = sel.data(), .s = 1, .t = 6, .k = 6});
+  EXPECT_EQ(sel, (std::vector<uint8_t>{1, 0, 1, 1, 1, 0}));  // -inf picks dropped
+  std::vector<uint8_t> restrict_to = {0, 1, 1, 0, 1, 1};
+  be->topk_mask({.scores = sc.data(), .restrict_to = restrict_to.data(), .selected = sel.data(), .s = 1, .t = 6, .k = 3});
+  EXPECT_EQ(sel, (std::vector<uint8_t>{0, 0, 1, 0, 1, 0}));
+}
+
+TEST(Ops, CandidateBlocksPinNewestBlock) {
+  auto be = kernels::make_cpu_backend(1);
+  // t = 7 positions, blocks of 2 (last padded), ratio 1; query at position 4 sees 0..4.
+  std::vector<float> sc = {5.0f, 0.0f, 9.0f, 1.0f, 0.1f, -kInf, -kInf};
+  std::vector<int64_t> pos = {4};
+  std::vector<uint8_t> keep(7);
+  be->candidate_blocks({.scores = sc.data(), .q_pos = pos.data(), .keep = keep.data(), .s = 1, .t = 7, .ratio = 1,
+                        .block_size = 2, .topk_blocks = 2});
+  // Block 2 (positions 4,5) holds the newest visible position and is pinned; then block 1 (max 9).
+  EXPECT_EQ(keep, (std::vector<uint8_t>{0, 0, 1, 1, 1, 1, 0}));
+  be->candidate_blocks({.scores = sc.data(), .q_pos = pos.data(), .keep = keep.data(), .s = 1, .t = 7, .ratio = 1,
+                        .block_size = 2, .topk_blocks = 4});
+  EXPECT_EQ(keep, (std::vector<uint8_t>{1, 1, 1, 1, 1, 1, 0}));  // block 3 is all -inf: dropped
+}
+
+TEST(Ops, IndexerVisibility) {
+  auto be = kernels::make_cpu_backend(1);
+  const int64_t H = 2, d = 4, T = 4;
+  auto q = randn(2 * H * d, 11), k = randn(T * d, 12);
+  std::vector<float> w = {0.5f, -0.25f, 1.0f, 1.0f}, sc(2 * T);
+  std::vector<int64_t> pos = {2, 5};  // ratio 2: visible groups floor(3/2)=1 and floor(6/2)=3
+  be->indexer_scores({.q = q.data(), .k = k.data(), .w = w.data(), .q_pos = pos.data(), .scores = sc.data(), .s = 2,
+                      .heads = H, .dim = d, .t = T, .ratio = 2, .score_scale = 0.5f});
+  EXPECT_TRUE(std::isfinite(sc[0]));
+  EXPECT_EQ(sc[1], -kInf);
+  EXPECT_TRUE(std::isfinite(sc[T + 2]));
+  EXPECT_EQ(sc[T + 3], -kInf);
+  double r = 0;
+  for (int64_t h = 0; h < H; ++h) {
+    double dt = 0;
+    for (int64_t c = 0; c < d; ++c) dt += static_cast<double>(q[h * d + c]) * k[c];
+    r += std::max(dt, 0.0) * 0.5 * w[h];
+  }
+  EXPECT_NEAR(sc[0], r, 1e-5);
+}
+
+TEST(Ops, RouterSqrtSoftplusBiasForSelectionOnly) {
+  auto be = kernels::make_cpu_backend(1);
+  std::vector<float> z = {0.0f, 1.0f, 2.0f, 30.0f}, bias = {10.0f, 0.0f, 0.0f, 0.0f};
+  std::vector<int32_t> ids(2);
+  std::vector<float> w(2);
+  be->router({.logits = z.data(), .bias = bias.data(), .ids = ids.data(), .weights = w.data(), .rows = 1, .experts = 4,
+              .top_k = 2, .temp = 1.0f, .routed_scaling = 1.5f, .normalize = true});
+  EXPECT_EQ(ids[0], 0);  // the bias wins the selection
+  EXPECT_EQ(ids[1], 3);
+  const double s0 = std::sqrt(std::log1p(1.0)), s3 = std::sqrt(30.0);  // softplus linear above 20
+  EXPECT_NEAR(w[0], 1.5 * s0 / (s0 + s3), 1e-6);
+  EXPECT_NEAR(w[1], 1.5 * s3 / (s0 + s3), 1e-6);
+}
+
+TEST(Ops, SwigluClamps) {
+  auto be = kernels::make_cpu_backend(1);
+  std::vector<float> g = {20.0f, -3.0f}, u = {50.0f, -50.0f}, wt = {2.0f}, out(2);
+  be->swiglu({.gate = g.data(), .up = u.data(), .weight = wt.data(), .out = out.data(), .rows = 1, .inter = 2, .limit = 10.0f});
+  EXPECT_NEAR(out[0], 2.0 * (10.0 / (1.0 + std::exp(-10.0))) * 10.0, 1e-4);  // gate clamped above, up to 10
+  EXPECT_NEAR(out[1], 2.0 * (-3.0 / (1.0 + std::exp(3.0))) * -10.0, 1e-4);   // no lower gate clamp
+}

@@ -1,1 +1,416 @@
+// Tests of config.json parsing (src/loader/config.h): the fixture configs, the default layer
+// schedule for any layer count (spec section 1.2), flat vs composite configs, the flat
+// rope_scaling -> rope_compress fold (section 1.3), and one test per validation error, each
+// checking that the Error's message names the offending field.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "loader/config.h"
+
+namespace {
+
+using deepinfer::Error;
+using deepinfer::loader::load_config;
+using deepinfer::loader::ModelConfig;
+using deepinfer::loader::parse_config;
+using nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using V = std::vector<int64_t>;
+
+const std::string kData = DEEPINFER_TEST_DATA;
+
+json read_json(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  return json::parse(f);
+}
+
+// Parses `j` expecting an Error; returns its message ("" and a test failure otherwise).
+std::string error_of(const json& j, const std::string& source = "test-config.json") {
+  try {
+    parse_config(j.dump(), source);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "parse_config accepted " << j.dump();
+  return "";
+}
+
+// A 7-layer config that parses: ratios [0,0,2,2,2,1,1], no draft layers, default geometry.
+json seven_layers() {
+  return json{{"num_hidden_layers", 7},
+              {"num_nextn_predict_layers", 0},
+              {"compress_ratios", {0, 0, 2, 2, 2, 1, 1}},
+              {"kv_source_layer_ids", {2, 5}},
+              {"index_source_layer_ids", {2, 5}},
+              {"candidate_source_layer_id", 5}};
+}
+
+// ---------------------------------------------------------------------------------------
+// Fixture configs
+
+class FixtureConfig : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FixtureConfig, DerivesWhatConfigJsonSays) {
+  const std::string path = kData + "/v41/" + GetParam() + "/config.json";
+  const json j = read_json(path);
+  const ModelConfig c = load_config(path);
+  const int64_t L = j["num_hidden_layers"].get<int64_t>();
+  const int64_t nn = j["num_nextn_predict_layers"].get<int64_t>();
+  EXPECT_EQ(c.num_hidden_layers, L);
+  EXPECT_FALSE(c.composite);
+  ASSERT_EQ(c.compress_ratios.size(), static_cast<size_t>(L + nn));
+  const V ratios = j["compress_ratios"].get<V>();
+  EXPECT_EQ(V(c.compress_ratios.begin(), c.compress_ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size())), ratios);
+  for (size_t i = ratios.size(); i < c.compress_ratios.size(); ++i) EXPECT_EQ(c.compress_ratios[i], 0) << i;
+  EXPECT_EQ(c.kv_source_layer_ids, j["kv_source_layer_ids"].get<V>());
+  EXPECT_EQ(c.index_source_layer_ids, j["index_source_layer_ids"].get<V>());
+  EXPECT_EQ(c.candidate_source_layer_id, j["candidate_source_layer_id"].get<int64_t>());
+  EXPECT_EQ(c.dspark_target_layer_ids, j["dspark_target_layer_ids"].get<V>());
+  EXPECT_EQ(c.vocab_size, j["vocab_size"].get<int64_t>());
+  EXPECT_EQ(c.sliding_window, j["sliding_window"].get<int64_t>());
+  // layer_types: KV sources own the compressed cache.
+  const auto types = j["layer_types"].get<std::vector<std::string>>();
+  for (int64_t i = 0; i < L; ++i)
+    EXPECT_EQ(c.is_kv_source(i), types[static_cast<size_t>(i)] == "shared_compressed_attention") << "layer " << i;
+  // rope: nested main/compress dicts are used verbatim.
+  const json& m = j["rope_parameters"]["main"];
+  const json& k = j["rope_parameters"]["compress"];
+  EXPECT_EQ(c.rope_main.rope_type, m["rope_type"].get<std::string>());
+  EXPECT_DOUBLE_EQ(c.rope_main.rope_theta, m["rope_theta"].get<double>());
+  EXPECT_DOUBLE_EQ(c.rope_main.partial_rotary_factor, m["partial_rotary_factor"].get<double>());
+  EXPECT_EQ(c.rope_compress.rope_type, k["rope_type"].get<std::string>());
+  EXPECT_DOUBLE_EQ(c.rope_compress.rope_theta, k["rope_theta"].get<double>());
+  EXPECT_DOUBLE_EQ(c.rope_compress.factor, k["factor"].get<double>());
+  EXPECT_TRUE(c.rope_compress.has_factor);
+  EXPECT_DOUBLE_EQ(c.rope_compress.original_max_position_embeddings,
+                   k["original_max_position_embeddings"].get<double>());
+  EXPECT_DOUBLE_EQ(c.rope_compress.attention_factor, 1.0);
+  EXPECT_EQ(c.rope_dim(c.rope_main), c.qk_rope_head_dim);
+  EXPECT_EQ(c.rope_dim(c.rope_compress), c.qk_rope_head_dim);
+}
+
+INSTANTIATE_TEST_SUITE_P(V41, FixtureConfig, ::testing::Values("swa", "ced-1src", "ced", "ced-reindex"),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           std::string s = p.param;
+                           for (char& ch : s)
+                             if (ch == '-') ch = '_';
+                           return s;
+                         });
+
+TEST(Config, FixtureValuesAndGrouping) {
+  const ModelConfig swa = load_config(kData + "/v41/swa/config.json");
+  EXPECT_THAT(swa.compress_ratios, ElementsAre(0, 0, 0));
+  EXPECT_TRUE(swa.kv_source_layer_ids.empty());
+  EXPECT_EQ(swa.candidate_source_layer_id, -1);
+
+  const ModelConfig ced = load_config(kData + "/v41/ced/config.json");
+  EXPECT_THAT(ced.compress_ratios, ElementsAre(0, 0, 2, 2, 2, 1, 1, 1));
+  EXPECT_THAT(ced.kv_source_layer_ids, ElementsAre(2, 5));
+  EXPECT_EQ(ced.candidate_source_layer_id, 5);
+  EXPECT_EQ(ced.rope_compress.rope_type, "yarn");
+  EXPECT_EQ(ced.rope_main.rope_type, "default");
+
+  const ModelConfig re = load_config(kData + "/v41/ced-reindex/config.json");
+  EXPECT_THAT(re.index_source_layer_ids, ElementsAre(1, 3, 5, 7));
+  EXPECT_EQ(re.kv_source_of(0), -1);
+  EXPECT_EQ(re.index_source_of(0), -1);
+  EXPECT_EQ(re.kv_source_of(4), 1);
+  EXPECT_EQ(re.index_source_of(4), 3);
+  EXPECT_EQ(re.kv_source_of(8), 5);
+  EXPECT_EQ(re.index_source_of(8), 7);
+}
+
+// ---------------------------------------------------------------------------------------
+// Default schedule derivation
+
+TEST(Config, Default40LayerSchedule) {
+  const ModelConfig c = parse_config(json{{"num_hidden_layers", 40}, {"num_nextn_predict_layers", 0}}.dump());
+  V expect = {0, 0};
+  expect.insert(expect.end(), 18, 2);
+  expect.insert(expect.end(), 20, 1);
+  EXPECT_EQ(c.compress_ratios, expect);
+  EXPECT_THAT(c.kv_source_layer_ids, ElementsAre(2, 8, 14, 20));
+  EXPECT_THAT(c.index_source_layer_ids, ElementsAre(2, 8, 14, 20, 24, 28, 32, 36));
+  EXPECT_EQ(c.candidate_source_layer_id, 20);
+  EXPECT_THAT(c.dspark_target_layer_ids, ElementsAre(37, 38, 39));
+  EXPECT_EQ(c.kv_source_of(13), 8);
+  EXPECT_EQ(c.index_source_of(27), 24);
+  EXPECT_EQ(c.kv_source_of(39), 20);
+
+  // Default num_nextn_predict_layers is 3: the draft entries are appended as zeros.
+  const ModelConfig d = parse_config(json{{"num_hidden_layers", 40}}.dump());
+  EXPECT_EQ(d.num_nextn_predict_layers, 3);
+  expect.insert(expect.end(), 3, 0);
+  EXPECT_EQ(d.compress_ratios, expect);
+  EXPECT_THAT(d.kv_source_layer_ids, ElementsAre(2, 8, 14, 20));
+  EXPECT_THAT(d.dspark_target_layer_ids, ElementsAre(37, 38, 39));
+}
+
+TEST(Config, ExplicitShortRatiosArePaddedForDraftLayers) {
+  json j = seven_layers();
+  j["num_nextn_predict_layers"] = 2;
+  const ModelConfig c = parse_config(j.dump());
+  EXPECT_THAT(c.compress_ratios, ElementsAre(0, 0, 2, 2, 2, 1, 1, 0, 0));
+}
+
+TEST(Config, Default7LayerSchedule) {
+  const ModelConfig c = parse_config(json{{"num_hidden_layers", 7}, {"num_nextn_predict_layers", 0}}.dump());
+  // n_slide = 2, n_enc = (7 - 2 + 1) // 2 = 3, the rest ratio 1.
+  EXPECT_THAT(c.compress_ratios, ElementsAre(0, 0, 2, 2, 2, 1, 1));
+  EXPECT_THAT(c.kv_source_layer_ids, ElementsAre(2, 5));   // first layer of each run
+  EXPECT_EQ(c.index_source_layer_ids, c.kv_source_layer_ids);
+  EXPECT_EQ(c.candidate_source_layer_id, 5);                // last KV source
+  EXPECT_THAT(c.dspark_target_layer_ids, ElementsAre(3, 4, 6));  // last 3 non-KV-source layers
+}
+
+TEST(Config, DefaultScheduleForOtherLayerCounts) {
+  const ModelConfig one = parse_config(json{{"num_hidden_layers", 1}, {"num_nextn_predict_layers", 0}}.dump());
+  EXPECT_THAT(one.compress_ratios, ElementsAre(0));
+  EXPECT_TRUE(one.kv_source_layer_ids.empty());
+  EXPECT_EQ(one.candidate_source_layer_id, -1);
+  const ModelConfig six = parse_config(json{{"num_hidden_layers", 6}, {"num_nextn_predict_layers", 0}}.dump());
+  // n_enc = (6 - 2 + 1) // 2 = 2
+  EXPECT_THAT(six.compress_ratios, ElementsAre(0, 0, 2, 2, 1, 1));
+  EXPECT_THAT(six.kv_source_layer_ids, ElementsAre(2, 4));
+}
+
+// ---------------------------------------------------------------------------------------
+// Composite config and rope
+
+TEST(Config, CompositeParsesLikeFlat) {
+  json text = seven_layers();
+  text["hidden_size"] = 1024;
+  text["vocab_size"] = 4096;
+  const json composite = {{"text_config", text},
+                          {"vision_config", {{"hidden_size", 32}, {"patch_size", 14}}},
+                          {"image_token_id", 129264},
+                          {"quantization_config",
+                           {{"quant_method", "fp8"},
+                            {"scale_fmt", "ue8m0"},
+                            {"expert_dtype", "fp4"},
+                            {"weight_block_size", {128, 128}}}}};
+  const ModelConfig flat = parse_config(text.dump());
+  const ModelConfig comp = parse_config(composite.dump());
+  EXPECT_FALSE(flat.composite);
+  EXPECT_FALSE(flat.quantization.present);
+  EXPECT_TRUE(comp.composite);
+  EXPECT_EQ(comp.hidden_size, 1024);
+  EXPECT_EQ(comp.vocab_size, flat.vocab_size);
+  EXPECT_EQ(comp.num_hidden_layers, flat.num_hidden_layers);
+  EXPECT_EQ(comp.compress_ratios, flat.compress_ratios);
+  EXPECT_EQ(comp.kv_source_layer_ids, flat.kv_source_layer_ids);
+  EXPECT_EQ(comp.index_source_layer_ids, flat.index_source_layer_ids);
+  EXPECT_EQ(comp.candidate_source_layer_id, flat.candidate_source_layer_id);
+  EXPECT_EQ(comp.dspark_target_layer_ids, flat.dspark_target_layer_ids);
+  EXPECT_EQ(comp.rope_compress.rope_type, flat.rope_compress.rope_type);
+  EXPECT_TRUE(comp.quantization.present);
+  EXPECT_EQ(comp.quantization.quant_method, "fp8");
+  EXPECT_EQ(comp.quantization.scale_fmt, "ue8m0");
+  EXPECT_EQ(comp.quantization.expert_dtype, "fp4");
+  EXPECT_THAT(comp.quantization.weight_block_size, ElementsAre(128, 128));
+  // Errors inside text_config still name the field.
+  json bad = composite;
+  bad["text_config"]["num_experts_per_tok"] = 1000;
+  EXPECT_THAT(error_of(bad), HasSubstr("num_experts_per_tok"));
+}
+
+TEST(Config, FlatRopeScalingFoldsIntoCompressRope) {
+  json j = seven_layers();
+  j["rope_theta"] = 12345.0;
+  j["compress_rope_theta"] = 98765.0;
+  j["rope_scaling"] = {{"type", "yarn"},
+                       {"factor", 16.0},
+                       {"original_max_position_embeddings", 65536},
+                       {"beta_fast", 24},
+                       {"beta_slow", 2}};
+  const ModelConfig c = parse_config(j.dump());
+  EXPECT_EQ(c.rope_main.rope_type, "default");
+  EXPECT_DOUBLE_EQ(c.rope_main.rope_theta, 12345.0);
+  EXPECT_DOUBLE_EQ(c.rope_main.factor, 1.0);
+  EXPECT_FALSE(c.rope_main.has_factor);
+  EXPECT_DOUBLE_EQ(c.rope_main.partial_rotary_factor, 64.0 / 512.0);
+  EXPECT_EQ(c.rope_compress.rope_type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope_compress.rope_theta, 98765.0);
+  EXPECT_DOUBLE_EQ(c.rope_compress.factor, 16.0);
+  EXPECT_TRUE(c.rope_compress.has_factor);
+  EXPECT_DOUBLE_EQ(c.rope_compress.original_max_position_embeddings, 65536.0);
+  EXPECT_DOUBLE_EQ(c.rope_compress.beta_fast, 24.0);
+  EXPECT_DOUBLE_EQ(c.rope_compress.beta_slow, 2.0);
+  EXPECT_DOUBLE_EQ(c.rope_compress.attention_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope_compress.partial_rotary_factor, 64.0 / 512.0);
+  EXPECT_EQ(c.rope_dim(c.rope_compress), 64);
+
+  // Without rope_scaling both ropes are default, with their own thetas.
+  json plain = seven_layers();
+  const ModelConfig p = parse_config(plain.dump());
+  EXPECT_EQ(p.rope_compress.rope_type, "default");
+  EXPECT_DOUBLE_EQ(p.rope_compress.rope_theta, 160000.0);
+  EXPECT_DOUBLE_EQ(p.rope_main.rope_theta, 10000.0);
+
+  // yarn needs original_max_position_embeddings.
+  json noorig = seven_layers();
+  noorig["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_THAT(error_of(noorig), HasSubstr("original_max_position_embeddings"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation errors: each names the field (and the source file).
+
+TEST(ConfigError, InvalidJson) {
+  try {
+    parse_config("{\"hidden_size\": 12,", "broken.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("broken.json"));
+    EXPECT_THAT(e.what(), HasSubstr("invalid JSON"));
+  }
+  EXPECT_THROW(parse_config("[1, 2]"), Error);
+}
+
+TEST(ConfigError, LoadConfigMissingFile) {
+  try {
+    load_config(kData + "/no-such-dir/config.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no-such-dir/config.json"));
+  }
+}
+
+TEST(ConfigError, CompressRatiosTooShort) {
+  json j = seven_layers();
+  j["compress_ratios"] = {0, 0, 2, 2, 2, 1};
+  const std::string m = error_of(j);
+  EXPECT_THAT(m, HasSubstr("test-config.json"));
+  EXPECT_THAT(m, HasSubstr("'compress_ratios'"));
+  EXPECT_THAT(m, HasSubstr("at least num_hidden_layers (7)"));
+}
+
+TEST(ConfigError, CompressRatiosTooLong) {
+  json j = seven_layers();
+  j["num_nextn_predict_layers"] = 1;
+  j["compress_ratios"] = {0, 0, 2, 2, 2, 1, 1, 0, 0};  // 9 > 7 + 1
+  const std::string m = error_of(j);
+  EXPECT_THAT(m, HasSubstr("'compress_ratios'"));
+  EXPECT_THAT(m, HasSubstr("9 entries"));
+  j["compress_ratios"] = {0, 0, 2, 2, 2, 1, 1, 0};  // 8 == 7 + 1 is fine
+  EXPECT_NO_THROW(parse_config(j.dump()));
+}
+
+TEST(ConfigError, KvSourceOutOfRange) {
+  json j = seven_layers();
+  j["kv_source_layer_ids"] = {2, 7};
+  EXPECT_THAT(error_of(j), HasSubstr("'kv_source_layer_ids': out of range"));
+  j["kv_source_layer_ids"] = {-1, 2, 5};
+  EXPECT_THAT(error_of(j), HasSubstr("'kv_source_layer_ids': out of range"));
+}
+
+TEST(ConfigError, KvSourceWithRatioZero) {
+  json j = seven_layers();
+  j["kv_source_layer_ids"] = {1, 2, 5};
+  const std::string m = error_of(j);
+  EXPECT_THAT(m, HasSubstr("'kv_source_layer_ids'"));
+  EXPECT_THAT(m, HasSubstr("layer 1 has 0"));
+}
+
+TEST(ConfigError, IndexSourceWithRatioZero) {
+  json j = seven_layers();
+  j["index_source_layer_ids"] = {0, 2, 5};
+  const std::string m = error_of(j);
+  EXPECT_THAT(m, HasSubstr("'index_source_layer_ids'"));
+  EXPECT_THAT(m, HasSubstr("layer 0 has 0"));
+}
+
+TEST(ConfigError, IndexSourceWithoutKvSourceBeforeIt) {
+  json j = seven_layers();
+  j["kv_source_layer_ids"] = {3, 5};
+  j["index_source_layer_ids"] = {2, 5};
+  const std::string m = error_of(j);
+  EXPECT_THAT(m, HasSubstr("'index_source_layer_ids'"));
+  EXPECT_THAT(m, HasSubstr("layer 2 needs a kv_source_layer_ids entry"));
+}
+
+TEST(ConfigError, CandidateSourceNotAnIndexSource) {
+  json j = seven_layers();
+  j["candidate_source_layer_id"] = 3;
+  const std::string m = error_of(j);
+  EXPECT_THAT(m, HasSubstr("'candidate_source_layer_id'"));
+  EXPECT_THAT(m, HasSubstr("3 must be in index_source_layer_ids"));
+  j["candidate_source_layer_id"] = -1;  // < 0 disables the two-level top-k
+  EXPECT_EQ(parse_config(j.dump()).candidate_source_layer_id, -1);
+}
+
+TEST(ConfigError, CompressedLayerWithoutKvSource) {
+  json j = seven_layers();
+  j["kv_source_layer_ids"] = {3, 5};
+  j["index_source_layer_ids"] = {3, 5};
+  const std::string m = error_of(j);
+  EXPECT_THAT(m, HasSubstr("'compress_ratios'"));
+  EXPECT_THAT(m, HasSubstr("layer 2 has ratio > 0 but no kv_source_layer_ids entry"));
+}
+
+TEST(ConfigError, EngramLengthMismatch) {
+  json j = seven_layers();
+  j["engram_layer_ids"] = {1, 4};
+  j["engram_num_embeddings"] = {1000};
+  const std::string m = error_of(j);
+  EXPECT_THAT(m, HasSubstr("'engram_num_embeddings'"));
+  EXPECT_THAT(m, HasSubstr("length 1"));
+  // Absent rows default to zeros of the right length.
+  j.erase("engram_num_embeddings");
+  EXPECT_THAT(parse_config(j.dump()).engram_num_embeddings, ElementsAre(0, 0));
+}
+
+TEST(ConfigError, WrongTypes) {
+  json j = seven_layers();
+  j["hidden_size"] = "big";
+  const std::string m = error_of(j);
+  EXPECT_THAT(m, HasSubstr("'hidden_size'"));
+  EXPECT_THAT(m, HasSubstr("expected an integer"));
+  j = seven_layers();
+  j["compress_ratios"] = {0, 0, "two", 2, 2, 1, 1};
+  EXPECT_THAT(error_of(j), HasSubstr("'compress_ratios': expected a list of integers"));
+  j = seven_layers();
+  j["norm_topk_prob"] = 1;
+  EXPECT_THAT(error_of(j), HasSubstr("'norm_topk_prob'"));
+  j = seven_layers();
+  j["rope_theta"] = "ten thousand";
+  EXPECT_THAT(error_of(j), HasSubstr("'rope_theta'"));
+  j = seven_layers();
+  j["hidden_size"] = 0;
+  EXPECT_THAT(error_of(j), HasSubstr("'hidden_size': must be > 0"));
+}
+
+TEST(ConfigError, TooManyExpertsPerToken) {
+  json j = seven_layers();
+  j["n_routed_experts"] = 8;
+  j["num_experts_per_tok"] = 9;
+  const std::string m = error_of(j);
+  EXPECT_THAT(m, HasSubstr("'num_experts_per_tok'"));
+  EXPECT_THAT(m, HasSubstr("n_routed_experts (8)"));
+  j["num_experts_per_tok"] = 8;
+  EXPECT_NO_THROW(parse_config(j.dump()));
+}
+
+TEST(ConfigError, GroupLayerRatioDiffersFromSource) {
+  json j = seven_layers();
+  j["compress_ratios"] = {0, 0, 2, 2, 1, 1, 1};
+  j["kv_source_layer_ids"] = {2};
+  j["index_source_layer_ids"] = {2};
+  j["candidate_source_layer_id"] = 2;
+  const std::string m = error_of(j);
+  EXPECT_THAT(m, HasSubstr("'compress_ratios'"));
+  EXPECT_THAT(m, HasSubstr("layer 4 has ratio 1 but its KV source (layer 2) has ratio 2"));
+}
+
+}  // namespace

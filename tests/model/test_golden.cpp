@@ -96,8 +96,8 @@ TEST_P(Golden, GreedyTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(V41, Golden, ::testing::Values("swa", "ced-1src", "ced", "ced-reindex"),
-                         [](const auto& info) {
-                           std::string s = info.param;
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string s = p.param;
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Set up, build with warnings as errors, run every test; then build and run the tests again
+# under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export CTEST_PARALLEL_LEVEL=${CTEST_PARALLEL_LEVEL:-2}
+echo "== Release build (warnings as errors) and tests"
+cmake --preset ci >/dev/null
+cmake --build --preset ci
+ctest --preset ci
+echo "== ASan/UBSan build and tests"
+cmake --preset debug-asan >/dev/null
+cmake --build --preset debug-asan
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset debug-asan
