@@ -108,7 +108,9 @@ int cmd_logits(const std::vector<std::string>& args) {
     if (ids.empty()) throw Error(f["tokens"] + ": no token ids");
     std::vector<int64_t> sizes = f.count("chunks") ? parse_chunks(f["chunks"]) : std::vector<int64_t>{static_cast<int64_t>(ids.size())};
     const int64_t top = f.count("top") ? parse_int("top", f["top"]) : 5;
-    const int threads = f.count("threads") ? static_cast<int>(parse_int("threads", f["threads"])) : 0;
+    const int64_t threads_flag = f.count("threads") ? parse_int("threads", f["threads"]) : 0;
+    if (threads_flag < 0 || threads_flag > 1024) throw Error("flag --threads: expected 0 (auto) to 1024, got " + std::to_string(threads_flag));
+    const int threads = static_cast<int>(threads_flag);
 
     auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<loader::Checkpoint> ck;

@@ -1,5 +1,6 @@
 // deepinfer: the command-line entry point. Dispatches to a subcommand.
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,7 @@ void usage() {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   if (argc < 2) {
     usage();
     return 2;
@@ -30,7 +31,18 @@ int main(int argc, char** argv) {
     usage();
     return 0;
   }
-  std::fprintf(stderr, "deepinfer: unknown command '%s'\n", cmd.c_str());
+  std::fprintf(stderr, "deepinfer: error: unknown command '%s'\n", cmd.c_str());
   usage();
   return 2;
+}
+
+int main(int argc, char** argv) {
+  // Subcommands report bad input as deepinfer::Error themselves; anything else that escapes
+  // (out of memory, a system error) still ends with a message and a non-zero status.
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+    return 1;
+  }
 }

@@ -1,5 +1,7 @@
 #include "core/npy.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -10,7 +12,7 @@ namespace deepinfer::core {
 
 int64_t NpyArray::numel() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n *= d;  // read_npy bounds the product before anything calls this
   return n;
 }
 
@@ -75,9 +77,18 @@ NpyArray read_npy(const std::string& path) {
   }
   if (a.descr.size() < 3 || (a.descr[0] != '<' && a.descr[0] != '|'))
     throw Error(path + ": only little-endian .npy data is supported, got '" + a.descr + "'");
-  int64_t elem = std::stoll(a.descr.substr(2));
-  int64_t n = a.numel();
-  if (n > (int64_t{1} << 40) / std::max<int64_t>(elem, 1)) throw Error(path + ": .npy array too large");
+  const std::string size_str = a.descr.substr(2);
+  if (size_str.empty() || size_str.size() > 2 || !std::all_of(size_str.begin(), size_str.end(), ::isdigit))
+    throw Error(path + ": unsupported .npy dtype '" + a.descr + "'");
+  const int64_t elem = std::stoll(size_str);
+  if (elem <= 0) throw Error(path + ": unsupported .npy dtype '" + a.descr + "'");
+  // Bound the element count without overflowing: at most 2^40 bytes.
+  const int64_t limit = (int64_t{1} << 40) / elem;
+  int64_t n = 1;
+  for (int64_t d : a.shape) {
+    if (d != 0 && n > limit / d) throw Error(path + ": .npy array too large (shape " + shape + ")");
+    n *= d;
+  }
   a.bytes.resize(static_cast<size_t>(n * elem));
   if (!a.bytes.empty() && !f.read(reinterpret_cast<char*>(a.bytes.data()), static_cast<std::streamsize>(a.bytes.size())))
     throw Error(path + ": truncated .npy data (expected " + std::to_string(a.bytes.size()) + " bytes)");

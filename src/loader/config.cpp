@@ -1,6 +1,7 @@
 #include "loader/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -33,7 +34,8 @@ struct Reader {
     if (!has(k)) return;
     const json& v = j.at(k);
     if (v.is_number_integer()) *out = v.get<int64_t>();
-    else if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
+    else if (v.is_number_float() && std::fabs(v.get<double>()) < 9.0e18 &&
+             v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
       *out = static_cast<int64_t>(v.get<double>());
     else fail(k, "expected an integer, got " + v.dump());
   }

@@ -1,1 +1,266 @@
+// End-to-end tests of the `deepinfer` executable (src/cli): `logits` on the ced fixture
+// must reproduce the reference logits for several chunkings, `info` prints the schedule,
+// and every bad input (flags, command, model directory, tokens file, chunk sizes, a
+// truncated checkpoint) must exit non-zero with a clear `deepinfer: error: ...` message
+// instead of crashing. stdout/stderr are redirected to files in a per-test temp dir.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/npy.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::string kCed = std::string(DEEPINFER_TEST_DATA) + "/v41/ced";
+const std::string kTokens = kCed + "/golden/tokens.npy";
+
+struct Outcome {
+  int code = -1;  // exit status, or 128 + signal
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    dir_ = fs::path(::testing::TempDir()) / ("deepinfer_cli_" + name + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& f) const { return (dir_ / f).string(); }
+
+  // Runs `deepinfer <args>` (args already shell-quoted where needed).
+  Outcome run(const std::string& args) const {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string cmd = quote(DEEPINFER_BIN) + " " + args + " >" + quote(out.string()) + " 2>" + quote(err.string());
+    const int status = std::system(cmd.c_str());
+    Outcome r;
+    if (status != -1 && WIFEXITED(status)) r.code = WEXITSTATUS(status);
+    else if (status != -1 && WIFSIGNALED(status)) r.code = 128 + WTERMSIG(status);
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  // Runs a command expected to fail cleanly: exit 2 and one `deepinfer: error:` line.
+  std::string expect_error(const std::string& args) const {
+    const Outcome r = run(args);
+    EXPECT_EQ(r.code, 2) << "deepinfer " << args << "\nstderr: " << r.err;
+    EXPECT_THAT(r.err, StartsWith("deepinfer: error: ")) << "deepinfer " << args;
+    return r.err;
+  }
+  std::string logits_args(const std::string& model, const std::string& tokens, const std::string& extra = "") const {
+    return "logits --model " + quote(model) + " --tokens " + quote(tokens) + (extra.empty() ? "" : " " + extra);
+  }
+  fs::path dir_;
+};
+
+// ---------------------------------------------------------------------------------------
+// logits and info on the ced fixture
+
+class CliLogits : public Cli, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CliLogits, MatchesGoldenLogits) {
+  const std::string chunks = GetParam();
+  const std::string out = path("logits.npy");
+  const Outcome r = run(logits_args(kCed, kTokens, (chunks.empty() ? "" : "--chunks " + chunks) + " --out " + quote(out)));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<int64_t> shape, ref_shape;
+  const std::vector<float> got = deepinfer::core::read_npy_f32(out, &shape);
+  const std::vector<float> ref = deepinfer::core::read_npy_f32(kCed + "/golden/logits_full.npy", &ref_shape);
+  ASSERT_EQ(shape, (std::vector<int64_t>{40, 1024}));
+  ASSERT_EQ(ref_shape, shape);
+  ASSERT_EQ(got.size(), ref.size());
+  float max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << "logit " << i;
+    max_diff = std::max(max_diff, std::fabs(got[i] - ref[i]));
+    max_ref = std::max(max_ref, std::fabs(ref[i]));
+  }
+  ASSERT_GT(max_ref, 0.0f);
+  EXPECT_LE(max_diff / max_ref, 1e-4f) << "max|diff| " << max_diff << ", max|ref| " << max_ref;
+
+  // stdout: the top 5 next tokens after the last position, best first.
+  EXPECT_THAT(r.out, HasSubstr("top 5 next tokens after position 39:"));
+  const float* last = got.data() + 39 * 1024;
+  const auto best = std::max_element(last, last + 1024) - last;
+  std::vector<std::string> lines;
+  std::istringstream ss(r.out);
+  for (std::string line; std::getline(ss, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 6u) << r.out;
+  EXPECT_EQ(std::stoll(lines[1]), best) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Chunks, CliLogits, ::testing::Values("13,9,1", "1", "7", ""),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           std::string s = p.param;
+                           std::replace(s.begin(), s.end(), ',', '_');
+                           return s.empty() ? std::string("whole") : "c" + s;
+                         });
+
+TEST_F(Cli, InfoPrintsSchedule) {
+  const Outcome r = run("info --model " + quote(kCed));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("kv_source_layer_ids    [2, 5]"));
+  EXPECT_THAT(r.out, HasSubstr("index_source_layer_ids [2, 5]"));
+  EXPECT_THAT(r.out, HasSubstr("compress_ratios        [0, 0, 2, 2, 2, 1, 1, 1]"));
+  EXPECT_THAT(r.out, HasSubstr("8 layers"));
+}
+
+TEST_F(Cli, HelpExitsZero) {
+  EXPECT_EQ(run("--help").code, 0);
+  const Outcome r = run("logits --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--chunks"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Bad flags and commands
+
+TEST_F(Cli, UnknownFlag) {
+  EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "--bogus 3")), HasSubstr("unknown flag --bogus"));
+  EXPECT_THAT(expect_error("info --model " + quote(kCed) + " --tokens x"), HasSubstr("unknown flag --tokens"));
+  EXPECT_THAT(expect_error("logits --model"), HasSubstr("--model needs a value"));
+  EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "stray")), HasSubstr("unexpected argument 'stray'"));
+}
+
+TEST_F(Cli, UnknownOrMissingCommand) {
+  Outcome r = run("frobnicate --model x");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown command 'frobnicate'"));
+  EXPECT_THAT(r.err, HasSubstr("usage: deepinfer"));
+  r = run("");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("usage: deepinfer"));
+}
+
+TEST_F(Cli, MissingModelFlag) {
+  EXPECT_THAT(expect_error("logits --tokens " + quote(kTokens)), HasSubstr("--model DIR is required"));
+  EXPECT_THAT(expect_error("info"), HasSubstr("--model DIR is required"));
+  EXPECT_THAT(expect_error("logits --model " + quote(kCed)), HasSubstr("--tokens IDS.npy is required"));
+}
+
+TEST_F(Cli, MissingModelDirectory) {
+  const std::string missing = path("no-such-model");
+  EXPECT_THAT(expect_error(logits_args(missing, kTokens)), HasSubstr(missing));
+  EXPECT_THAT(expect_error("info --model " + quote(missing)), HasSubstr(missing));
+  // A directory without config.json.
+  EXPECT_THAT(expect_error(logits_args(dir_.string(), kTokens)), HasSubstr("config.json"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Bad tokens files
+
+TEST_F(Cli, TokensFileMissing) {
+  const std::string t = path("absent.npy");
+  const std::string m = expect_error(logits_args(kCed, t));
+  EXPECT_THAT(m, HasSubstr(t));
+  EXPECT_THAT(m, HasSubstr("cannot open"));
+}
+
+TEST_F(Cli, TokensFileNotNpy) {
+  const std::string t = path("tokens.txt");
+  std::ofstream(t) << "1 2 3 4\n";
+  const std::string m = expect_error(logits_args(kCed, t));
+  EXPECT_THAT(m, HasSubstr(t));
+  EXPECT_THAT(m, HasSubstr("not a .npy file"));
+  std::ofstream(t, std::ios::trunc) << "";  // empty file
+  EXPECT_THAT(expect_error(logits_args(kCed, t)), HasSubstr("not a .npy file"));
+  // Float tokens.
+  const float f[3] = {1, 2, 3};
+  deepinfer::core::write_npy_f32(path("f.npy"), f, {3});
+  EXPECT_THAT(expect_error(logits_args(kCed, path("f.npy"))), HasSubstr("expected an integer array"));
+}
+
+// A .npy header whose descr has no valid item size, or whose shape overflows int64, must be
+// an error naming the file, never a crash (nor signed overflow under UBSan).
+TEST_F(Cli, TokensNpyWithCorruptHeader) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"<ix", "(3,)"}, {"<i-8", "(3,)"}, {"<i8", "(4294967296, 4294967296)"}};
+  for (const auto& [descr, shape] : cases) {
+    SCOPED_TRACE(descr + " " + shape);
+    std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+    header += std::string(63 - (10 + header.size()) % 64, ' ') + "\n";
+    const std::string t = path("bad.npy");
+    std::ofstream f(t, std::ios::binary);
+    f << std::string("\x93NUMPY\x01\x00", 8) << static_cast<char>(header.size() & 0xFF)
+      << static_cast<char>(header.size() >> 8) << header << std::string(24, '\0');
+    f.close();
+    EXPECT_THAT(expect_error(logits_args(kCed, t)), HasSubstr(t));
+  }
+}
+
+TEST_F(Cli, TwoDimensionalTokens) {
+  const int64_t ids[6] = {1, 2, 3, 4, 5, 6};
+  deepinfer::core::write_npy_i64(path("t2.npy"), ids, {2, 3});
+  EXPECT_THAT(expect_error(logits_args(kCed, path("t2.npy"))), HasSubstr("expected a 1-D array of token ids, got 2"));
+  deepinfer::core::write_npy_i64(path("t0.npy"), ids, {0});
+  EXPECT_THAT(expect_error(logits_args(kCed, path("t0.npy"))), HasSubstr("no token ids"));
+}
+
+TEST_F(Cli, TokenIdOutOfVocabulary) {
+  const int64_t ids[4] = {3, 17, 5000, 9};
+  deepinfer::core::write_npy_i64(path("t.npy"), ids, {4});
+  std::string m = expect_error(logits_args(kCed, path("t.npy")));
+  EXPECT_THAT(m, HasSubstr("token id 5000 at index 2"));
+  EXPECT_THAT(m, HasSubstr("[0, 1024)"));
+  const int64_t neg[2] = {-1, 4};
+  deepinfer::core::write_npy_i64(path("n.npy"), neg, {2});
+  EXPECT_THAT(expect_error(logits_args(kCed, path("n.npy"))), HasSubstr("token id -1 at index 0"));
+  const int64_t edge[1] = {1024};
+  deepinfer::core::write_npy_i64(path("e.npy"), edge, {1});
+  EXPECT_THAT(expect_error(logits_args(kCed, path("e.npy"))), HasSubstr("token id 1024"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Bad chunk sizes and a corrupt checkpoint
+
+TEST_F(Cli, BadChunks) {
+  for (const std::string c : {"0", "13,0,1", "abc", "4,,2", "-3", "2x", ""}) {
+    SCOPED_TRACE(c);
+    EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "--chunks " + quote(c))), HasSubstr("flag --chunks"));
+  }
+}
+
+TEST_F(Cli, TruncatedCheckpoint) {
+  const fs::path ck = dir_ / "ck";
+  fs::create_directories(ck);
+  fs::copy_file(kCed + "/config.json", ck / "config.json");
+  fs::copy_file(kCed + "/model.safetensors", ck / "model.safetensors");
+  const auto size = fs::file_size(ck / "model.safetensors");
+  for (const uintmax_t keep : {size - 100, size / 2, uintmax_t{100}, uintmax_t{4}}) {
+    SCOPED_TRACE(keep);
+    fs::resize_file(ck / "model.safetensors", keep);
+    const std::string m = expect_error(logits_args(ck.string(), kTokens));
+    EXPECT_THAT(m, HasSubstr("model.safetensors"));
+    EXPECT_THAT(m, HasSubstr("truncated"));
+  }
+}
+
+}  // namespace

@@ -1,12 +1,11 @@
 // Tests of config.json parsing (src/loader/config.h): the fixture configs, the default layer
 // schedule for any layer count (spec section 1.2), flat vs composite configs, the flat
-// rope_scaling -> rope_compress fold (section 1.3), and one test per validation error, each
-// checking that the Error's message names the offending field.
+// rope_scaling -> rope_compress fold (section 1.3), and a table of invalid configs, each of
+// which must give an Error whose message names the offending field.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,7 +22,6 @@ using deepinfer::loader::ModelConfig;
 using deepinfer::loader::parse_config;
 using nlohmann::json;
 using ::testing::ElementsAre;
-using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using V = std::vector<int64_t>;
 
@@ -44,6 +42,17 @@ std::string error_of(const json& j, const std::string& source = "test-config.jso
   }
   ADD_FAILURE() << "parse_config accepted " << j.dump();
   return "";
+}
+
+// Parses `j` into *out; on an Error records a failure with its message and returns false.
+bool parses(const json& j, ModelConfig* out) {
+  try {
+    *out = parse_config(j.dump());
+    return true;
+  } catch (const Error& e) {
+    ADD_FAILURE() << "parse_config rejected " << j.dump() << ": " << e.what();
+    return false;
+  }
 }
 
 // A 7-layer config that parses: ratios [0,0,2,2,2,1,1], no draft layers, default geometry.
@@ -175,14 +184,36 @@ TEST(Config, Default7LayerSchedule) {
 }
 
 TEST(Config, DefaultScheduleForOtherLayerCounts) {
-  const ModelConfig one = parse_config(json{{"num_hidden_layers", 1}, {"num_nextn_predict_layers", 0}}.dump());
-  EXPECT_THAT(one.compress_ratios, ElementsAre(0));
-  EXPECT_TRUE(one.kv_source_layer_ids.empty());
-  EXPECT_EQ(one.candidate_source_layer_id, -1);
   const ModelConfig six = parse_config(json{{"num_hidden_layers", 6}, {"num_nextn_predict_layers", 0}}.dump());
   // n_enc = (6 - 2 + 1) // 2 = 2
   EXPECT_THAT(six.compress_ratios, ElementsAre(0, 0, 2, 2, 1, 1));
   EXPECT_THAT(six.kv_source_layer_ids, ElementsAre(2, 4));
+  EXPECT_THAT(six.index_source_layer_ids, ElementsAre(2, 4));
+  EXPECT_EQ(six.candidate_source_layer_id, 4);
+}
+
+// Spec 1.2.2: the default KV sources [2, 8, 14, 20] apply only when the backbone ratios
+// *equal* the 40-layer default; a shorter backbone that is merely a prefix of it (L <= 3
+// by default, or explicit ratios such as [0,0,2,2,2,2,2,2,2,2]) derives its sources from
+// the runs of equal ratio like any other schedule.
+// The reference compares only the first L ratios with the 40-layer default
+// (`compress_ratios[:n] == default_compress_ratios[:n]`), so a short backbone that is a prefix
+// of the default gets the default KV sources [2, 8, 14, 20] and then fails their range check.
+// DeepInfer enforces the same constraints, so these configs are errors naming the field.
+TEST(Config, BackboneThatIsAPrefixOfTheDefaultGetsDefaultSourcesLikeTheReference) {
+  for (int64_t L : {1, 2, 3}) {
+    const std::string msg = error_of(json{{"num_hidden_layers", L}, {"num_nextn_predict_layers", 0}});
+    EXPECT_THAT(msg, HasSubstr("kv_source_layer_ids")) << "L=" << L;
+    EXPECT_THAT(msg, HasSubstr("out of range")) << "L=" << L;
+  }
+  const json explicit_ratios = {{"num_hidden_layers", 10},
+                                {"num_nextn_predict_layers", 0},
+                                {"compress_ratios", {0, 0, 2, 2, 2, 2, 2, 2, 2, 2}}};
+  EXPECT_THAT(error_of(explicit_ratios), HasSubstr("kv_source_layer_ids"));
+  // Not a prefix of the default: the first layer of each run becomes a source.
+  ModelConfig c;
+  ASSERT_TRUE(parses(json{{"num_hidden_layers", 4}, {"num_nextn_predict_layers", 0}, {"compress_ratios", {0, 2, 2, 1}}}, &c));
+  EXPECT_THAT(c.kv_source_layer_ids, ElementsAre(1, 3));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -252,22 +283,16 @@ TEST(Config, FlatRopeScalingFoldsIntoCompressRope) {
   EXPECT_EQ(c.rope_dim(c.rope_compress), 64);
 
   // Without rope_scaling both ropes are default, with their own thetas.
-  json plain = seven_layers();
-  const ModelConfig p = parse_config(plain.dump());
+  const ModelConfig p = parse_config(seven_layers().dump());
   EXPECT_EQ(p.rope_compress.rope_type, "default");
   EXPECT_DOUBLE_EQ(p.rope_compress.rope_theta, 160000.0);
   EXPECT_DOUBLE_EQ(p.rope_main.rope_theta, 10000.0);
-
-  // yarn needs original_max_position_embeddings.
-  json noorig = seven_layers();
-  noorig["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  EXPECT_THAT(error_of(noorig), HasSubstr("original_max_position_embeddings"));
 }
 
 // ---------------------------------------------------------------------------------------
 // Validation errors: each names the field (and the source file).
 
-TEST(ConfigError, InvalidJson) {
+TEST(Config, InvalidJson) {
   try {
     parse_config("{\"hidden_size\": 12,", "broken.json");
     FAIL() << "no error";
@@ -278,7 +303,7 @@ TEST(ConfigError, InvalidJson) {
   EXPECT_THROW(parse_config("[1, 2]"), Error);
 }
 
-TEST(ConfigError, LoadConfigMissingFile) {
+TEST(Config, LoadConfigMissingFile) {
   try {
     load_config(kData + "/no-such-dir/config.json");
     FAIL() << "no error";
@@ -287,130 +312,81 @@ TEST(ConfigError, LoadConfigMissingFile) {
   }
 }
 
-TEST(ConfigError, CompressRatiosTooShort) {
+// Each case patches the valid 7-layer config (JSON merge patch) and lists substrings the
+// Error's message must contain; the first always names the field.
+struct ErrorCase {
+  const char* name;
+  json patch;
+  std::vector<std::string> expect;
+};
+
+const ErrorCase kErrorCases[] = {
+    {"RatiosTooShort", {{"compress_ratios", {0, 0, 2, 2, 2, 1}}},
+     {"'compress_ratios'", "at least num_hidden_layers (7)"}},
+    {"RatiosTooLong", {{"num_nextn_predict_layers", 1}, {"compress_ratios", {0, 0, 2, 2, 2, 1, 1, 0, 0}}},
+     {"'compress_ratios'", "has 9 entries but num_hidden_layers + num_nextn_predict_layers = 8"}},
+    {"NegativeRatio", {{"compress_ratios", {0, 0, 2, 2, 2, 1, -1}}}, {"'compress_ratios'", "entry 6 is negative"}},
+    {"KvSourceOutOfRange", {{"kv_source_layer_ids", {2, 7}}}, {"'kv_source_layer_ids'", "out of range [0, 7)"}},
+    {"KvSourceNegative", {{"kv_source_layer_ids", {-1, 2, 5}}}, {"'kv_source_layer_ids'", "out of range"}},
+    {"KvSourceRatioZero", {{"kv_source_layer_ids", {1, 2, 5}}}, {"'kv_source_layer_ids'", "layer 1 has 0"}},
+    {"IndexSourceRatioZero", {{"index_source_layer_ids", {0, 2, 5}}}, {"'index_source_layer_ids'", "layer 0 has 0"}},
+    {"IndexSourceOutOfRange", {{"index_source_layer_ids", {2, 5, 9}}}, {"'index_source_layer_ids'", "out of range"}},
+    {"IndexSourceBeforeKvSource", {{"kv_source_layer_ids", {3, 5}}, {"index_source_layer_ids", {2, 5}}},
+     {"'index_source_layer_ids'", "layer 2 needs a kv_source_layer_ids entry at or before it"}},
+    {"CandidateNotIndexSource", {{"candidate_source_layer_id", 3}},
+     {"'candidate_source_layer_id'", "3 must be in index_source_layer_ids [2, 5]"}},
+    {"CompressedLayerWithoutKvSource", {{"kv_source_layer_ids", {3, 5}}, {"index_source_layer_ids", {3, 5}}},
+     {"'compress_ratios'", "layer 2 has ratio > 0 but no kv_source_layer_ids entry at or before it"}},
+    {"EngramLengthMismatch", {{"engram_layer_ids", {1, 4}}, {"engram_num_embeddings", {1000}}},
+     {"'engram_num_embeddings'", "length 1 must match engram_layer_ids (length 2)"}},
+    {"EngramLayerOutOfRange", {{"engram_layer_ids", {8}}}, {"'engram_layer_ids'", "out of range"}},
+    {"HiddenSizeString", {{"hidden_size", "big"}}, {"'hidden_size'", "expected an integer, got \"big\""}},
+    {"HiddenSizeFraction", {{"hidden_size", 64.5}}, {"'hidden_size'", "expected an integer"}},
+    {"HiddenSizeHuge", {{"hidden_size", 1e30}}, {"'hidden_size'", "expected an integer"}},
+    {"HiddenSizeZero", {{"hidden_size", 0}}, {"'hidden_size'", "must be > 0"}},
+    {"RatiosNotIntegers", {{"compress_ratios", {0, 0, "two", 2, 2, 1, 1}}}, {"'compress_ratios'", "list of integers"}},
+    {"BoolAsNumber", {{"norm_topk_prob", 1}}, {"'norm_topk_prob'", "expected true or false"}},
+    {"ThetaString", {{"rope_theta", "ten thousand"}}, {"'rope_theta'", "expected a number"}},
+    {"TooManyExpertsPerToken", {{"n_routed_experts", 8}, {"num_experts_per_tok", 9}},
+     {"'num_experts_per_tok'", "must be <= n_routed_experts (8), got 9"}},
+    {"GroupRatioDiffersFromSource",
+     {{"compress_ratios", {0, 0, 2, 2, 1, 1, 1}}, {"kv_source_layer_ids", {2}}, {"index_source_layer_ids", {2}},
+      {"candidate_source_layer_id", 2}},
+     {"'compress_ratios'", "layer 4 has ratio 1 but its KV source (layer 2) has ratio 2"}},
+    {"YarnWithoutOriginal", {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}},
+     {"'rope_scaling'", "original_max_position_embeddings"}},
+    {"TextConfigNotObject", {{"text_config", 3}}, {"'text_config'", "expected an object"}},
+};
+
+class ConfigError : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(ConfigError, MessageNamesTheField) {
   json j = seven_layers();
-  j["compress_ratios"] = {0, 0, 2, 2, 2, 1};
+  j.merge_patch(GetParam().patch);
   const std::string m = error_of(j);
-  EXPECT_THAT(m, HasSubstr("test-config.json"));
-  EXPECT_THAT(m, HasSubstr("'compress_ratios'"));
-  EXPECT_THAT(m, HasSubstr("at least num_hidden_layers (7)"));
+  EXPECT_THAT(m, HasSubstr("test-config.json: field "));
+  for (const std::string& e : GetParam().expect) EXPECT_THAT(m, HasSubstr(e));
 }
 
-TEST(ConfigError, CompressRatiosTooLong) {
-  json j = seven_layers();
-  j["num_nextn_predict_layers"] = 1;
-  j["compress_ratios"] = {0, 0, 2, 2, 2, 1, 1, 0, 0};  // 9 > 7 + 1
-  const std::string m = error_of(j);
-  EXPECT_THAT(m, HasSubstr("'compress_ratios'"));
-  EXPECT_THAT(m, HasSubstr("9 entries"));
-  j["compress_ratios"] = {0, 0, 2, 2, 2, 1, 1, 0};  // 8 == 7 + 1 is fine
-  EXPECT_NO_THROW(parse_config(j.dump()));
-}
+INSTANTIATE_TEST_SUITE_P(Config, ConfigError, ::testing::ValuesIn(kErrorCases),
+                         [](const ::testing::TestParamInfo<ErrorCase>& p) { return std::string(p.param.name); });
 
-TEST(ConfigError, KvSourceOutOfRange) {
+// Boundary values next to the error cases parse.
+TEST(Config, BoundaryValuesParse) {
   json j = seven_layers();
-  j["kv_source_layer_ids"] = {2, 7};
-  EXPECT_THAT(error_of(j), HasSubstr("'kv_source_layer_ids': out of range"));
-  j["kv_source_layer_ids"] = {-1, 2, 5};
-  EXPECT_THAT(error_of(j), HasSubstr("'kv_source_layer_ids': out of range"));
-}
-
-TEST(ConfigError, KvSourceWithRatioZero) {
-  json j = seven_layers();
-  j["kv_source_layer_ids"] = {1, 2, 5};
-  const std::string m = error_of(j);
-  EXPECT_THAT(m, HasSubstr("'kv_source_layer_ids'"));
-  EXPECT_THAT(m, HasSubstr("layer 1 has 0"));
-}
-
-TEST(ConfigError, IndexSourceWithRatioZero) {
-  json j = seven_layers();
-  j["index_source_layer_ids"] = {0, 2, 5};
-  const std::string m = error_of(j);
-  EXPECT_THAT(m, HasSubstr("'index_source_layer_ids'"));
-  EXPECT_THAT(m, HasSubstr("layer 0 has 0"));
-}
-
-TEST(ConfigError, IndexSourceWithoutKvSourceBeforeIt) {
-  json j = seven_layers();
-  j["kv_source_layer_ids"] = {3, 5};
-  j["index_source_layer_ids"] = {2, 5};
-  const std::string m = error_of(j);
-  EXPECT_THAT(m, HasSubstr("'index_source_layer_ids'"));
-  EXPECT_THAT(m, HasSubstr("layer 2 needs a kv_source_layer_ids entry"));
-}
-
-TEST(ConfigError, CandidateSourceNotAnIndexSource) {
-  json j = seven_layers();
-  j["candidate_source_layer_id"] = 3;
-  const std::string m = error_of(j);
-  EXPECT_THAT(m, HasSubstr("'candidate_source_layer_id'"));
-  EXPECT_THAT(m, HasSubstr("3 must be in index_source_layer_ids"));
+  j.merge_patch({{"num_nextn_predict_layers", 1}, {"compress_ratios", {0, 0, 2, 2, 2, 1, 1, 0}}});
+  EXPECT_EQ(parse_config(j.dump()).compress_ratios.size(), 8u);  // exactly L + n_nextn
+  j = seven_layers();
+  j.merge_patch({{"n_routed_experts", 8}, {"num_experts_per_tok", 8}, {"hidden_size", 1024.0}});
+  const ModelConfig c = parse_config(j.dump());
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_EQ(c.hidden_size, 1024);  // an integral float is an integer
+  j = seven_layers();
   j["candidate_source_layer_id"] = -1;  // < 0 disables the two-level top-k
   EXPECT_EQ(parse_config(j.dump()).candidate_source_layer_id, -1);
-}
-
-TEST(ConfigError, CompressedLayerWithoutKvSource) {
-  json j = seven_layers();
-  j["kv_source_layer_ids"] = {3, 5};
-  j["index_source_layer_ids"] = {3, 5};
-  const std::string m = error_of(j);
-  EXPECT_THAT(m, HasSubstr("'compress_ratios'"));
-  EXPECT_THAT(m, HasSubstr("layer 2 has ratio > 0 but no kv_source_layer_ids entry"));
-}
-
-TEST(ConfigError, EngramLengthMismatch) {
-  json j = seven_layers();
-  j["engram_layer_ids"] = {1, 4};
-  j["engram_num_embeddings"] = {1000};
-  const std::string m = error_of(j);
-  EXPECT_THAT(m, HasSubstr("'engram_num_embeddings'"));
-  EXPECT_THAT(m, HasSubstr("length 1"));
-  // Absent rows default to zeros of the right length.
-  j.erase("engram_num_embeddings");
+  j = seven_layers();
+  j["engram_layer_ids"] = {1, 4};  // absent rows default to zeros
   EXPECT_THAT(parse_config(j.dump()).engram_num_embeddings, ElementsAre(0, 0));
-}
-
-TEST(ConfigError, WrongTypes) {
-  json j = seven_layers();
-  j["hidden_size"] = "big";
-  const std::string m = error_of(j);
-  EXPECT_THAT(m, HasSubstr("'hidden_size'"));
-  EXPECT_THAT(m, HasSubstr("expected an integer"));
-  j = seven_layers();
-  j["compress_ratios"] = {0, 0, "two", 2, 2, 1, 1};
-  EXPECT_THAT(error_of(j), HasSubstr("'compress_ratios': expected a list of integers"));
-  j = seven_layers();
-  j["norm_topk_prob"] = 1;
-  EXPECT_THAT(error_of(j), HasSubstr("'norm_topk_prob'"));
-  j = seven_layers();
-  j["rope_theta"] = "ten thousand";
-  EXPECT_THAT(error_of(j), HasSubstr("'rope_theta'"));
-  j = seven_layers();
-  j["hidden_size"] = 0;
-  EXPECT_THAT(error_of(j), HasSubstr("'hidden_size': must be > 0"));
-}
-
-TEST(ConfigError, TooManyExpertsPerToken) {
-  json j = seven_layers();
-  j["n_routed_experts"] = 8;
-  j["num_experts_per_tok"] = 9;
-  const std::string m = error_of(j);
-  EXPECT_THAT(m, HasSubstr("'num_experts_per_tok'"));
-  EXPECT_THAT(m, HasSubstr("n_routed_experts (8)"));
-  j["num_experts_per_tok"] = 8;
-  EXPECT_NO_THROW(parse_config(j.dump()));
-}
-
-TEST(ConfigError, GroupLayerRatioDiffersFromSource) {
-  json j = seven_layers();
-  j["compress_ratios"] = {0, 0, 2, 2, 1, 1, 1};
-  j["kv_source_layer_ids"] = {2};
-  j["index_source_layer_ids"] = {2};
-  j["candidate_source_layer_id"] = 2;
-  const std::string m = error_of(j);
-  EXPECT_THAT(m, HasSubstr("'compress_ratios'"));
-  EXPECT_THAT(m, HasSubstr("layer 4 has ratio 1 but its KV source (layer 2) has ratio 2"));
 }
 
 }  // namespace

@@ -15,31 +15,30 @@ inline float reduce_lanes(float* acc) {
   return acc[0];
 }
 
-// Four rows of x against one weight row; each row's arithmetic is exactly that of dot().
+// Four rows of x against two weight rows; each of the 8 outputs gets exactly the arithmetic
+// of dot() (same lanes, same order), so blocking never changes a result.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void dot4(const float* x0, const float* x1, const float* x2, const float* x3, const float* w, int64_t k, float* out) {
-  float a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
+void dot4x2(const float* const* x, const float* w0, const float* w1, int64_t k, float* out0, float* out1) {
+  float a[4][kLanes] = {}, b[4][kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      float wv = w[i + j];
-      a0[j] += x0[i + j] * wv;
-      a1[j] += x1[i + j] * wv;
-      a2[j] += x2[i + j] * wv;
-      a3[j] += x3[i + j] * wv;
+    for (int r = 0; r < 4; ++r) {
+      for (int j = 0; j < kLanes; ++j) {
+        const float xv = x[r][i + j];
+        a[r][j] += xv * w0[i + j];
+        b[r][j] += xv * w1[i + j];
+      }
     }
   }
-  for (int j = 0; i + j < k; ++j) {
-    float wv = w[i + j];
-    a0[j] += x0[i + j] * wv;
-    a1[j] += x1[i + j] * wv;
-    a2[j] += x2[i + j] * wv;
-    a3[j] += x3[i + j] * wv;
+  for (int r = 0; r < 4; ++r)
+    for (int j = 0; i + j < k; ++j) {
+      a[r][j] += x[r][i + j] * w0[i + j];
+      b[r][j] += x[r][i + j] * w1[i + j];
+    }
+  for (int r = 0; r < 4; ++r) {
+    out0[r] = reduce_lanes(a[r]);
+    out1[r] = reduce_lanes(b[r]);
   }
-  out[0] = reduce_lanes(a0);
-  out[1] = reduce_lanes(a1);
-  out[2] = reduce_lanes(a2);
-  out[3] = reduce_lanes(a3);
 }
 
 }  // namespace
@@ -63,16 +62,27 @@ void matmul(core::ThreadPool& pool, const MatmulArgs& a) {
   pool.parallel_for(a.n, [&](int64_t n0, int64_t n1) {
     for (int64_t mb = 0; mb < a.m; mb += kRowBlock) {
       const int64_t me = std::min(a.m, mb + kRowBlock);
-      for (int64_t n = n0; n < n1; ++n) {
-        const float* w = a.w + n * a.k;
+      int64_t n = n0;
+      for (; n + 2 <= n1; n += 2) {
+        const float* w0 = a.w + n * a.k;
+        const float* w1 = w0 + a.k;
         int64_t m = mb;
         for (; m + 4 <= me; m += 4) {
-          float o[4];
-          dot4(a.x + m * ldx, a.x + (m + 1) * ldx, a.x + (m + 2) * ldx, a.x + (m + 3) * ldx, w, a.k, o);
-          for (int r = 0; r < 4; ++r) a.y[(m + r) * ldy + n] = o[r];
+          const float* xs[4] = {a.x + m * ldx, a.x + (m + 1) * ldx, a.x + (m + 2) * ldx, a.x + (m + 3) * ldx};
+          float o0[4], o1[4];
+          dot4x2(xs, w0, w1, a.k, o0, o1);
+          for (int r = 0; r < 4; ++r) {
+            a.y[(m + r) * ldy + n] = o0[r];
+            a.y[(m + r) * ldy + n + 1] = o1[r];
+          }
         }
-        for (; m < me; ++m) a.y[m * ldy + n] = dot(a.x + m * ldx, w, a.k);
+        for (; m < me; ++m) {
+          a.y[m * ldy + n] = dot(a.x + m * ldx, w0, a.k);
+          a.y[m * ldy + n + 1] = dot(a.x + m * ldx, w1, a.k);
+        }
       }
+      for (; n < n1; ++n)
+        for (int64_t m = mb; m < me; ++m) a.y[m * ldy + n] = dot(a.x + m * ldx, a.w + n * a.k, a.k);
     }
   }, 16);
 }
