@@ -2,7 +2,7 @@
 # Installs what DeepInfer needs to build and test on a Debian/Ubuntu machine (run as root
 # or with sudo available). Only missing packages are installed.
 set -euo pipefail
-PKGS=(cmake ninja-build g++ make ccache pkg-config libgtest-dev nlohmann-json3-dev)
+PKGS=(cmake ninja-build g++ make ccache pkg-config libgtest-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -11,6 +11,7 @@
 #include "core/npy.h"
 #include "loader/checkpoint.h"
 #include "model/deepseek_v41.h"
+#include "model/load.h"
 #include "model/info.h"
 
 namespace deepinfer::cli {
@@ -113,24 +114,16 @@ int cmd_logits(const std::vector<std::string>& args) {
     const int threads = static_cast<int>(threads_flag);
 
     auto t0 = std::chrono::steady_clock::now();
-    std::unique_ptr<loader::Checkpoint> ck;
-    loader::ModelConfig cfg;
-    model::Weights w;
-    if (fmt == "random") {
-      cfg = loader::load_config((std::filesystem::path(f["model"]) / "config.json").string());
-      w = model::random_weights(cfg, static_cast<uint64_t>(f.count("seed") ? parse_int("seed", f["seed"]) : 0));
-    } else {
-      ck = loader::Checkpoint::open(f["model"]);
-      cfg = ck->config();
-      w = model::load_weights(*ck);
-    }
-    const int64_t V = cfg.vocab_size;
+    auto backend = kernels::make_cpu_backend(threads);
+    model::LoadedModel lm = model::load_model(
+        f["model"], *backend, fmt == "random" ? model::LoadFormat::kRandom : model::LoadFormat::kAuto,
+        static_cast<uint64_t>(f.count("seed") ? parse_int("seed", f["seed"]) : 0));
+    model::DeepseekV41& m = *lm.model;
+    const int64_t V = m.config().vocab_size;
     for (size_t i = 0; i < ids.size(); ++i)
       if (ids[i] < 0 || ids[i] >= V)
         throw Error(f["tokens"] + ": token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
                     " is outside the vocabulary [0, " + std::to_string(V) + ")");
-    auto backend = kernels::make_cpu_backend(threads);
-    model::DeepseekV41 m(cfg, std::move(w), *backend);
     auto t1 = std::chrono::steady_clock::now();
     model::SequenceState st = m.new_state();
     std::vector<float> logits(ids.size() * static_cast<size_t>(V));

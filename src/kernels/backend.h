@@ -165,6 +165,16 @@ struct SwigluArgs {
   float limit = 10.0f;             // <= 0: no clamps
 };
 
+// Engram residual write, per token and stream k: gate_k = sigmoid(signed sqrt of the
+// normalised dot of x_k and key_k weighted by w_k), x_k += gate_k * value.
+struct EngramGateArgs {
+  float* x = nullptr;          // [rows, hc, dim] fp32 streams, updated in place
+  const float* kv = nullptr;   // [rows, (hc+1)*dim] fp32: hc keys then the shared value
+  const float* w = nullptr;    // [hc, dim] fp32 = q_weight * k_weight
+  int64_t rows = 0, hc = 4, dim = 0;
+  float eps = 1e-20f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -184,6 +194,7 @@ class Backend {
   virtual void topk_mask(const TopkMaskArgs& a) = 0;
   virtual void router(const RouterArgs& a) = 0;
   virtual void swiglu(const SwigluArgs& a) = 0;
+  virtual void engram_gate(const EngramGateArgs& a) = 0;
 };
 
 // The CPU reference backend; n_threads <= 0 picks DEEPINFER_THREADS or the core count.

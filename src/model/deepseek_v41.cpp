@@ -31,10 +31,42 @@ struct DeepseekV41::Scratch {
   std::vector<float> cos_comp, sin_comp;     // [n, rd/2]
 };
 
-DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::Backend& backend)
-    : cfg_(std::move(config)), w_(std::move(weights)), be_(backend) {
+DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::Backend& backend,
+                         std::shared_ptr<const EngramHasher> engram)
+    : cfg_(std::move(config)), w_(std::move(weights)), be_(backend), engram_(std::move(engram)) {
   rope_main_.inv_freq = rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim, cfg_.max_position_embeddings);
   rope_compress_.inv_freq = rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim, cfg_.max_position_embeddings);
+  if (!cfg_.engram_layer_ids.empty() && !engram_)
+    throw Error("config.json: field 'engram_layer_ids': Engram layers need the tokenizer-derived hash state "
+                "(tokenizer.json in the checkpoint directory)");
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
+  for (int64_t l : cfg_.engram_layer_ids) {
+    const EngramWeights& e = w_.layers[static_cast<size_t>(l)].engram;
+    std::vector<float> qk(static_cast<size_t>(hc * D));
+    for (int64_t i = 0; i < hc * D; ++i) qk[i] = e.q_weight[i] * e.k_weight[i];
+    engram_qk_.push_back(std::move(qk));
+  }
+}
+
+void DeepseekV41::engram(int64_t l, const int64_t* hash_ids, Scratch& s, float* X) {
+  const auto& c = cfg_;
+  const size_t j = static_cast<size_t>(std::find(c.engram_layer_ids.begin(), c.engram_layer_ids.end(), l) -
+                                       c.engram_layer_ids.begin());
+  const EngramWeights& e = w_.layers[static_cast<size_t>(l)].engram;
+  const int64_t n = s.n, L = engram_->n_layers(), cols = engram_->n_cols(), hd = c.engram_head_dim;
+  const int64_t D = c.hidden_size, hc = c.hc_mult;
+  // Gather the hashed rows [n, cols * hd], project to hc keys + one value, gate into the streams.
+  std::vector<float> rows(static_cast<size_t>(n * cols * hd));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < cols; ++k) {
+      const int64_t row = hash_ids[(i * L + static_cast<int64_t>(j)) * cols + k];
+      DI_CHECK(row >= 0 && row < e.table.rows, "engram hash id out of the table");
+      std::memcpy(&rows[static_cast<size_t>((i * cols + k) * hd)], e.table.p + row * hd, static_cast<size_t>(hd) * sizeof(float));
+    }
+  std::vector<float> kv(static_cast<size_t>(n * (hc + 1) * D));
+  linear(rows.data(), n, e.wkv, kv.data());
+  be_.engram_gate({.x = X, .kv = kv.data(), .w = engram_qk_[j].data(), .rows = n, .hc = hc, .dim = D,
+                   .eps = static_cast<float>(c.rms_norm_eps)});
 }
 
 void DeepseekV41::linear(const float* x, int64_t rows, const Mat& w, float* y) {
@@ -87,11 +119,18 @@ void DeepseekV41::forward(const int64_t* tokens, int64_t n, SequenceState& st, f
   std::vector<float> a_pre(pre.size()), a_post(pre.size()), a_comb(static_cast<size_t>(n * hc * hc));
   std::vector<float> f_post(pre.size()), f_comb(a_comb.size());
   std::vector<float> xc(static_cast<size_t>(n * D)), xn(xc.size()), y(xc.size());
+  // Engram hash ids of every position, for all engram layers: [n, n_engram_layers, cols].
+  std::vector<int64_t> hash_ids;
+  if (engram_) {
+    hash_ids.resize(static_cast<size_t>(n * engram_->n_layers() * engram_->n_cols()));
+    engram_->hash(tokens, s.pos.data(), n, st.engram_history(), hash_ids.data());
+  }
   Shared sh;
   const float hc_eps = static_cast<float>(c.hc_eps), norm_eps = static_cast<float>(c.rms_norm_eps);
 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+    if (L.has_engram) engram(l, hash_ids.data(), s, X.data());
     be_.hc_mixes({.x = X.data(), .fn = L.hc_attn_fn.p, .scale = L.hc_attn_scale, .base = L.hc_attn_base,
                   .pre = a_pre.data(), .post = a_post.data(), .comb = a_comb.data(), .rows = n, .hc = hc, .dim = D,
                   .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});

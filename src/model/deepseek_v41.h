@@ -4,7 +4,8 @@
 // through embedding, the L layers (mHC, shared-latent attention with window + compressed
 // sparse branch, MoE) and the head, appending to the sequence's state. Any chunking of a
 // prompt gives the same logits as one call (absolute positions everywhere; partial groups
-// carried in the state). Engram and the DSpark stages come with later issues.
+// carried in the state). Engram layers add their gated n-gram lookup to the streams before
+// the layer's mixes. The DSpark stages come with speculative decoding.
 // Invariants: the model holds no per-sequence state of its own; all of it is in
 // SequenceState. It calls only kernels::Backend ops for arithmetic.
 // Threading: one forward at a time per model object (scratch is per call).
@@ -16,6 +17,7 @@
 
 #include "kernels/backend.h"
 #include "loader/config.h"
+#include "model/engram.h"
 #include "model/rope.h"
 #include "model/state.h"
 #include "model/weights.h"
@@ -24,7 +26,10 @@ namespace deepinfer::model {
 
 class DeepseekV41 {
  public:
-  DeepseekV41(loader::ModelConfig config, Weights weights, kernels::Backend& backend);
+  // `engram` is required when the config has engram layers (it carries the tokenizer-derived
+  // hash state); an Error says so otherwise.
+  DeepseekV41(loader::ModelConfig config, Weights weights, kernels::Backend& backend,
+              std::shared_ptr<const EngramHasher> engram = nullptr);
 
   const loader::ModelConfig& config() const { return cfg_; }
   const Weights& weights() const { return w_; }
@@ -44,6 +49,7 @@ class DeepseekV41 {
   void indexer(int64_t layer, const float* xn, const float* qr, const std::vector<float>& latent, int64_t n_groups,
                int64_t g0, Scratch& s, SourceState& src, Shared& sh);
   void moe(int64_t layer, const float* xn, Scratch& s, float* y);
+  void engram(int64_t layer, const int64_t* hash_ids, Scratch& s, float* X);
   void rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const std::vector<float>& cos,
                  const std::vector<float>& sin, bool inverse);
   // Compressed-branch entries of new groups: compress RoPE at each group's first-token
@@ -57,6 +63,8 @@ class DeepseekV41 {
   Weights w_;
   kernels::Backend& be_;
   RopeTable rope_main_, rope_compress_;
+  std::shared_ptr<const EngramHasher> engram_;
+  std::vector<std::vector<float>> engram_qk_;  // per engram layer: q_weight * k_weight [hc, D]
 };
 
 }  // namespace deepinfer::model

@@ -10,6 +10,7 @@ int64_t SequenceState::bytes() const {
   for (const auto& w : windows_) b += static_cast<int64_t>(w.kv.size() * sizeof(float) + w.pos.size() * sizeof(int64_t));
   for (const auto& s : sources_)
     b += static_cast<int64_t>((s.buf_kv.size() + s.buf_gate.size() + s.comp.size() + s.index_k.size()) * sizeof(float));
+  b += static_cast<int64_t>(engram_history_.size() * sizeof(int32_t));
   return b;
 }
 
@@ -17,6 +18,7 @@ void SequenceState::reset() {
   length_ = 0;
   for (auto& w : windows_) w = WindowRing{};
   for (auto& s : sources_) s = SourceState{};
+  engram_history_.clear();
 }
 
 }  // namespace deepinfer::model

@@ -6,6 +6,7 @@
 //     post-FP8), oldest first, with their absolute positions;
 //   - every KV source: the compressor's partial-group buffers (ratio > 1), the compressed
 //     KV entries (post-RoPE, post-FP4) and, when it owns indexer keys, those keys;
+//   - Engram's history of compressed token ids by absolute position;
 //   - the number of tokens processed.
 // The engine's cache manager will own these objects (allocation, budget, rollback).
 // Invariants: window entries are contiguous positions ending at length()-1; a source's
@@ -42,6 +43,8 @@ class SequenceState {
   void advance(int64_t n) { length_ += n; }
   WindowRing& window(int64_t layer) { return windows_[static_cast<size_t>(layer)]; }
   SourceState& source(int64_t layer) { return sources_[static_cast<size_t>(layer)]; }
+  // Engram: compressed token id by absolute position (-1 = no live token there).
+  std::vector<int32_t>& engram_history() { return engram_history_; }
   // Bytes held now (float32 storage).
   int64_t bytes() const;
   void reset();
@@ -50,6 +53,7 @@ class SequenceState {
   int64_t length_ = 0;
   std::vector<WindowRing> windows_;
   std::vector<SourceState> sources_;  // indexed by layer; used only for KV sources
+  std::vector<int32_t> engram_history_;
 };
 
 }  // namespace deepinfer::model

@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -18,6 +19,12 @@ namespace {
 struct Visitor {
   std::function<void(const std::string&, int64_t, int64_t, Mat*)> mat;
   std::function<void(const std::string&, int64_t, const float**, int kind)> vec;  // kind: 0 norm, 1 zero-ish, 2 scale
+  // A 2-D tensor read as a flat array (norm-like values).
+  void vec2(const std::string& name, int64_t r, int64_t cols, const float** out) const {
+    Mat m;
+    mat(name, r, cols, &m);
+    *out = m.p;
+  }
 };
 
 void visit(const ModelConfig& c, Weights& w, const Visitor& v) {
@@ -30,6 +37,16 @@ void visit(const ModelConfig& c, Weights& w, const Visitor& v) {
     const std::string p = "layers." + std::to_string(i) + ".";
     v.vec(p + "attn_norm.weight", D, &L.attn_norm, 0);
     v.vec(p + "ffn_norm.weight", D, &L.ffn_norm, 0);
+    if (c.has_engram(i)) {
+      const size_t j = static_cast<size_t>(std::find(c.engram_layer_ids.begin(), c.engram_layer_ids.end(), i) -
+                                           c.engram_layer_ids.begin());
+      const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+      L.has_engram = true;
+      v.mat(p + "engram.embed.weight", c.engram_num_embeddings[j], c.engram_head_dim, &L.engram.table);
+      v.mat(p + "engram.wkv.weight", D * (hc + 1), cols * c.engram_head_dim, &L.engram.wkv);
+      v.vec2(p + "engram.q_weight", hc, D, &L.engram.q_weight);
+      v.vec2(p + "engram.k_weight", hc, D, &L.engram.k_weight);
+    }
     v.mat(p + "hc_attn_fn", mix, hc * D, &L.hc_attn_fn);
     v.vec(p + "hc_attn_base", mix, &L.hc_attn_base, 1);
     v.vec(p + "hc_attn_scale", 3, &L.hc_attn_scale, 2);
@@ -121,9 +138,6 @@ const float* fetch(const loader::Checkpoint& ck, Weights& w, const std::string& 
 
 Weights load_weights(const loader::Checkpoint& ck) {
   const ModelConfig& c = ck.config();
-  if (!c.engram_layer_ids.empty())
-    throw Error(ck.dir() + "/config.json: field 'engram_layer_ids': Engram layers need the tokenizer-derived hash state, "
-                "which is not implemented yet (tokenizer issue); this build runs checkpoints without Engram");
   Weights w;
   Visitor v;
   v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat* m) {
@@ -137,8 +151,6 @@ Weights load_weights(const loader::Checkpoint& ck) {
 }
 
 Weights random_weights(const ModelConfig& c, uint64_t seed) {
-  if (!c.engram_layer_ids.empty())
-    throw Error("config.json: field 'engram_layer_ids': Engram layers are not implemented yet (tokenizer issue)");
   Weights w;
   uint64_t tensor_id = 0;
   Visitor v;
@@ -164,14 +176,18 @@ Weights random_weights(const ModelConfig& c, uint64_t seed) {
 }
 
 int64_t ParamCounts::total() const {
-  return embed + head + attention + compressor + indexer + mhc + norms + routed_experts + shared_experts + router;
+  return embed + head + attention + compressor + indexer + mhc + norms + routed_experts + shared_experts + router + engram + engram_tables;
 }
 
 int64_t ParamCounts::active_per_token(const ModelConfig& c) const {
   const int64_t per_expert = routed_experts / std::max<int64_t>(1, c.n_routed_experts);
   const int64_t active_routed = per_expert * c.num_experts_per_tok;
   // One embedding row is read per token.
-  return c.hidden_size + head + attention + compressor + indexer + mhc + norms + active_routed + shared_experts + router;
+  // Engram reads (N-1)*heads table rows per engram layer.
+  const int64_t engram_rows = static_cast<int64_t>(c.engram_layer_ids.size()) * (c.engram_max_ngram_size - 1) *
+                              c.engram_n_heads * c.engram_head_dim;
+  return c.hidden_size + head + attention + compressor + indexer + mhc + norms + active_routed + shared_experts + router +
+         engram + engram_rows;
 }
 
 ParamCounts count_params(const ModelConfig& c) {
@@ -181,6 +197,8 @@ ParamCounts count_params(const ModelConfig& c) {
   v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat*) {
     const int64_t n = r * cols;
     if (name == "embed.weight") pc.embed += n;
+    else if (name.find(".engram.embed.") != std::string::npos) pc.engram_tables += n;
+    else if (name.find(".engram.") != std::string::npos) pc.engram += n;
     else if (name == "head.weight") pc.head += n;
     else if (name.find(".hc_") != std::string::npos) pc.mhc += n;
     else if (name.find(".compressor.") != std::string::npos) pc.compressor += n;

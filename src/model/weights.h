@@ -54,6 +54,13 @@ struct MoeWeights {
   Mat s_w2;                        // [D, I]
 };
 
+struct EngramWeights {
+  Mat table;                       // [N_j, engram_head_dim] hash-bucket rows
+  Mat wkv;                         // [D*(hc+1), (N-1)*heads*engram_head_dim]
+  const float* q_weight = nullptr; // [hc, D]
+  const float* k_weight = nullptr; // [hc, D]
+};
+
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [D]
   const float* ffn_norm = nullptr;   // [D]
@@ -65,6 +72,8 @@ struct LayerWeights {
   const float* hc_ffn_scale = nullptr;
   AttentionWeights attn;
   MoeWeights ffn;
+  bool has_engram = false;
+  EngramWeights engram;            // layers in engram_layer_ids only
 };
 
 struct Weights {
@@ -87,6 +96,7 @@ Weights random_weights(const loader::ModelConfig& c, uint64_t seed);
 struct ParamCounts {
   int64_t embed = 0, head = 0, attention = 0, compressor = 0, indexer = 0, mhc = 0, norms = 0;
   int64_t routed_experts = 0, shared_experts = 0, router = 0;
+  int64_t engram = 0, engram_tables = 0;  // dense engram weights; hash-bucket tables
   int64_t total() const;
   // Parameters read for one token (all except the experts not routed to).
   int64_t active_per_token(const loader::ModelConfig& c) const;

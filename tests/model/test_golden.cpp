@@ -10,21 +10,23 @@
 #include "kernels/backend.h"
 #include "loader/checkpoint.h"
 #include "model/deepseek_v41.h"
+#include "model/load.h"
 
 using namespace deepinfer;
 
 namespace {
 
 struct Fixture {
-  std::unique_ptr<loader::Checkpoint> ck;
+  std::string dir;
   std::unique_ptr<kernels::Backend> be;
-  std::unique_ptr<model::DeepseekV41> m;
-  explicit Fixture(const std::string& name) {
-    ck = loader::Checkpoint::open(std::string(DEEPINFER_TEST_DATA) + "/v41/" + name);
+  model::LoadedModel lm;
+  model::DeepseekV41* m = nullptr;
+  explicit Fixture(const std::string& name) : dir(std::string(DEEPINFER_TEST_DATA) + "/v41/" + name) {
     be = kernels::make_cpu_backend(2);
-    m = std::make_unique<model::DeepseekV41>(ck->config(), model::load_weights(*ck), *be);
+    lm = model::load_model(dir, *be);
+    m = lm.model.get();
   }
-  std::string golden(const std::string& f) const { return ck->dir() + "/golden/" + f; }
+  std::string golden(const std::string& f) const { return dir + "/golden/" + f; }
 };
 
 // Relative error max|ours - ref| / max|ref| of the logits when fed in the given chunks.
@@ -95,7 +97,7 @@ TEST_P(Golden, GreedyTokens) {
   EXPECT_EQ(got, expect);
 }
 
-INSTANTIATE_TEST_SUITE_P(V41, Golden, ::testing::Values("swa", "ced-1src", "ced", "ced-reindex"),
+INSTANTIATE_TEST_SUITE_P(V41, Golden, ::testing::Values("swa", "ced-1src", "ced", "ced-reindex", "full"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            std::string s = p.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -24,6 +24,7 @@ class CpuBackend final : public Backend {
   void topk_mask(const TopkMaskArgs& a) override { cpu::topk_mask(pool_, a); }
   void router(const RouterArgs& a) override { cpu::router(pool_, a); }
   void swiglu(const SwigluArgs& a) override { cpu::swiglu(pool_, a); }
+  void engram_gate(const EngramGateArgs& a) override { cpu::engram_gate(pool_, a); }
 
  private:
   core::ThreadPool pool_;

@@ -30,6 +30,7 @@ void candidate_blocks(core::ThreadPool& pool, const CandidateBlocksArgs& a);
 void topk_mask(core::ThreadPool& pool, const TopkMaskArgs& a);
 void router(core::ThreadPool& pool, const RouterArgs& a);
 void swiglu(core::ThreadPool& pool, const SwigluArgs& a);
+void engram_gate(core::ThreadPool& pool, const EngramGateArgs& a);
 
 // Single-block fake quantisers (exposed for unit tests).
 void fake_quant_fp8_pow2(float* x, int64_t n);

@@ -99,4 +99,27 @@ void hc_expand(core::ThreadPool& pool, const HcExpandArgs& a) {
   }, 4);
 }
 
+void engram_gate(core::ThreadPool& pool, const EngramGateArgs& a) {
+  const int64_t D = a.dim;
+  const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(D));
+  pool.parallel_for(a.rows, [&](int64_t r0, int64_t r1) {
+    std::vector<float> hw(static_cast<size_t>(D));
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* kv = a.kv + r * (a.hc + 1) * D;
+      const float* value = kv + a.hc * D;
+      for (int64_t k = 0; k < a.hc; ++k) {
+        float* x = a.x + (r * a.hc + k) * D;
+        const float* key = kv + k * D;
+        const float* w = a.w + k * D;
+        const float rstd = (1.0f / std::sqrt(dot(x, x, D) / static_cast<float>(D) + a.eps)) *
+                           (1.0f / std::sqrt(dot(key, key, D) / static_cast<float>(D) + a.eps));
+        for (int64_t d = 0; d < D; ++d) hw[d] = x[d] * w[d];
+        const float dt = dot(hw.data(), key, D) * rstd * inv_sqrt_d;
+        const float g = sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dt), 1e-6f)), dt));
+        for (int64_t d = 0; d < D; ++d) x[d] += g * value[d];
+      }
+    }
+  }, 4);
+}
+
 }  // namespace deepinfer::kernels::cpu

@@ -1,0 +1,40 @@
+#include "model/load.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "tokenizer/engram_map.h"
+
+namespace deepinfer::model {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<const EngramHasher> make_engram_hasher(const loader::ModelConfig& c, const tokenizer::Tokenizer* tok,
+                                                       const std::string& dir) {
+  if (c.engram_layer_ids.empty()) return nullptr;
+  if (!tok)
+    throw Error(dir + ": config.json has engram_layer_ids but the directory has no tokenizer.json (Engram's hashing is "
+                "defined on the tokenizer)");
+  tokenizer::EngramTokenMap m = tokenizer::build_engram_token_map(*tok);
+  return std::make_shared<const EngramHasher>(c, std::move(m.map), m.n_keys);
+}
+
+LoadedModel load_model(const std::string& dir, kernels::Backend& backend, LoadFormat format, uint64_t seed) {
+  LoadedModel lm;
+  loader::ModelConfig cfg;
+  Weights w;
+  if (format == LoadFormat::kRandom) {
+    cfg = loader::load_config((fs::path(dir) / "config.json").string());
+    w = random_weights(cfg, seed);
+  } else {
+    lm.checkpoint = loader::Checkpoint::open(dir);
+    cfg = lm.checkpoint->config();
+    w = load_weights(*lm.checkpoint);
+  }
+  if (fs::exists(fs::path(dir) / "tokenizer.json")) lm.tokenizer = tokenizer::Tokenizer::load(dir);
+  auto hasher = make_engram_hasher(cfg, lm.tokenizer.get(), dir);
+  lm.model = std::make_unique<DeepseekV41>(std::move(cfg), std::move(w), backend, std::move(hasher));
+  return lm;
+}
+
+}  // namespace deepinfer::model
