@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <numeric>
 
@@ -12,6 +14,7 @@
 #include "loader/checkpoint.h"
 #include "model/deepseek_v41.h"
 #include "model/load.h"
+#include "tokenizer/tokenizer.h"
 #include "model/info.h"
 
 namespace deepinfer::cli {
@@ -162,6 +165,81 @@ int cmd_info(const std::vector<std::string>& args) {
     if (!f.count("model")) throw Error("deepinfer info: --model DIR is required");
     loader::ModelConfig cfg = loader::load_config((std::filesystem::path(f["model"]) / "config.json").string());
     std::printf("%s", model::describe(cfg).c_str());
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+    return 2;
+  }
+}
+
+namespace {
+bool parse_bool(const std::string& flag, const std::string& v) {
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  throw Error("flag --" + flag + ": expected true or false, got '" + v + "'");
+}
+}  // namespace
+
+int cmd_tokenize(const std::vector<std::string>& args) {
+  try {
+    auto f = parse_flags(args, {"model", "text", "file", "add-special-tokens"}, "tokenize");
+    if (f.count("help")) {
+      std::printf("deepinfer tokenize --model DIR (--text TEXT | --file F) [--add-special-tokens true|false]\n"
+                  "  Prints the token ids of the text as a JSON array.\n");
+      return 0;
+    }
+    if (!f.count("model")) throw Error("deepinfer tokenize: --model DIR is required");
+    if (f.count("text") == f.count("file")) throw Error("deepinfer tokenize: give exactly one of --text TEXT or --file F");
+    std::string text;
+    if (f.count("text")) {
+      text = f["text"];
+    } else {
+      std::ifstream in(f["file"], std::ios::binary);
+      if (!in) throw Error(f["file"] + ": cannot open");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+    auto tok = tokenizer::Tokenizer::load(f["model"]);
+    const bool add = f.count("add-special-tokens") ? parse_bool("add-special-tokens", f["add-special-tokens"]) : false;
+    std::vector<int32_t> ids = tok->encode(text, add);
+    std::string out = "[";
+    for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+    std::printf("%s]\n", out.c_str());
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+    return 2;
+  }
+}
+
+int cmd_detokenize(const std::vector<std::string>& args) {
+  try {
+    auto f = parse_flags(args, {"model", "ids", "skip-special-tokens"}, "detokenize");
+    if (f.count("help")) {
+      std::printf("deepinfer detokenize --model DIR --ids 1,2,3 [--skip-special-tokens true|false]\n"
+                  "  Prints the text of the token ids.\n");
+      return 0;
+    }
+    if (!f.count("model")) throw Error("deepinfer detokenize: --model DIR is required");
+    if (!f.count("ids")) throw Error("deepinfer detokenize: --ids 1,2,3 is required");
+    auto tok = tokenizer::Tokenizer::load(f["model"]);
+    std::vector<int32_t> ids;
+    const std::string& s = f["ids"];
+    size_t start = 0;
+    while (start <= s.size() && !s.empty()) {
+      size_t comma = s.find(',', start);
+      std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      const int64_t v = parse_int("ids", item);
+      if (v < 0 || v >= tok->vocab_size())
+        throw Error("flag --ids: token id " + std::to_string(v) + " is outside the vocabulary [0, " +
+                    std::to_string(tok->vocab_size()) + ")");
+      ids.push_back(static_cast<int32_t>(v));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    const bool skip = f.count("skip-special-tokens") ? parse_bool("skip-special-tokens", f["skip-special-tokens"]) : false;
+    std::printf("%s\n", tok->decode(ids, skip).c_str());
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "deepinfer: error: %s\n", e.what());

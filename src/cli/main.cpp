@@ -14,6 +14,8 @@ void usage() {
                "  logits  --model DIR --tokens IDS.npy [--chunks 13,9,1] [--out LOGITS.npy] [--top K]\n"
                "          [--load-format auto|random] [--seed N] [--threads N]\n"
                "  info    --model DIR\n"
+               "  tokenize   --model DIR (--text TEXT | --file F) [--add-special-tokens true|false]\n"
+               "  detokenize --model DIR --ids 1,2,3 [--skip-special-tokens true|false]\n"
                "run 'deepinfer <command> --help' for details\n");
 }
 }  // namespace
@@ -27,6 +29,8 @@ static int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (cmd == "logits") return deepinfer::cli::cmd_logits(args);
   if (cmd == "info") return deepinfer::cli::cmd_info(args);
+  if (cmd == "tokenize") return deepinfer::cli::cmd_tokenize(args);
+  if (cmd == "detokenize") return deepinfer::cli::cmd_detokenize(args);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     usage();
     return 0;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -107,6 +108,31 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     ti.nbytes = e - b;
     tensors_.emplace(name, std::move(ti));
   }
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors) {
+  nlohmann::json h = nlohmann::json::object();
+  h["__metadata__"] = {{"format", "pt"}};
+  uint64_t off = 0;
+  for (const auto& t : tensors) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    if (static_cast<uint64_t>(numel) * static_cast<uint64_t>(core::dtype_size(t.dtype)) != t.bytes.size())
+      throw Error(path + ": tensor '" + t.name + "' has " + std::to_string(t.bytes.size()) + " bytes for shape " +
+                  shape_str(t.shape));
+    h[t.name] = {{"dtype", std::string(core::dtype_name(t.dtype))}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes.size()}}};
+    off += t.bytes.size();
+  }
+  std::string header = h.dump();
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw Error(path + ": cannot open for writing");
+  const uint64_t hl = header.size();
+  bool ok = std::fwrite(&hl, 8, 1, f) == 1 && std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  for (const auto& t : tensors)
+    ok = ok && (t.bytes.empty() || std::fwrite(t.bytes.data(), 1, t.bytes.size(), f) == t.bytes.size());
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) throw Error(path + ": write failed");
 }
 
 SafetensorsFile::~SafetensorsFile() {

@@ -48,4 +48,15 @@ class SafetensorsFile {
 
 std::string shape_str(const std::vector<int64_t>& shape);
 
+// One tensor to write: name, dtype, shape and its raw little-endian bytes.
+struct TensorToWrite {
+  std::string name;
+  core::DType dtype = core::DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+// Writes a safetensors file (header padded to 8 bytes, tensors in the given order); checks
+// that each byte count matches its shape and dtype.
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors);
+
 }  // namespace deepinfer::loader

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace deepinfer::model {
@@ -60,8 +61,16 @@ void DeepseekV41::engram(int64_t l, const int64_t* hash_ids, Scratch& s, float* 
   for (int64_t i = 0; i < n; ++i)
     for (int64_t k = 0; k < cols; ++k) {
       const int64_t row = hash_ids[(i * L + static_cast<int64_t>(j)) * cols + k];
-      DI_CHECK(row >= 0 && row < e.table.rows, "engram hash id out of the table");
-      std::memcpy(&rows[static_cast<size_t>((i * cols + k) * hd)], e.table.p + row * hd, static_cast<size_t>(hd) * sizeof(float));
+      DI_CHECK(row >= 0 && row < e.rows, "engram hash id out of the table");
+      float* dst = &rows[static_cast<size_t>((i * cols + k) * hd)];
+      if (e.table_fp8) {
+        // FP8 row: e4m3 value times its block's power-of-two scale (exact in float).
+        const uint8_t* q = e.table_fp8 + row * hd;
+        const uint8_t* sc = e.table_scale + row * (hd / 32);
+        for (int64_t d = 0; d < hd; ++d) dst[d] = core::e4m3_to_f32(q[d]) * core::e8m0_to_f32(sc[d / 32]);
+      } else {
+        std::memcpy(dst, e.table.p + row * hd, static_cast<size_t>(hd) * sizeof(float));
+      }
     }
   std::vector<float> kv(static_cast<size_t>(n * (hc + 1) * D));
   linear(rows.data(), n, e.wkv, kv.data());

@@ -19,9 +19,11 @@ namespace {
 struct Visitor {
   std::function<void(const std::string&, int64_t, int64_t, Mat*)> mat;
   std::function<void(const std::string&, int64_t, const float**, int kind)> vec;  // kind: 0 norm, 1 zero-ish, 2 scale
+  // Engram table (float, or FP8 rows with e8m0 scales kept as stored); null: use `mat`.
+  std::function<void(const std::string& prefix, int64_t rows, int64_t dim, EngramWeights*)> engram_table;
   // A 2-D tensor read as a flat array (norm-like values).
   void vec2(const std::string& name, int64_t r, int64_t cols, const float** out) const {
-    Mat m;
+    Mat m{*out, r, cols};  // carries the current pointer for visitors that read
     mat(name, r, cols, &m);
     *out = m.p;
   }
@@ -42,7 +44,9 @@ void visit(const ModelConfig& c, Weights& w, const Visitor& v) {
                                            c.engram_layer_ids.begin());
       const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
       L.has_engram = true;
-      v.mat(p + "engram.embed.weight", c.engram_num_embeddings[j], c.engram_head_dim, &L.engram.table);
+      L.engram.rows = c.engram_num_embeddings[j];
+      if (v.engram_table) v.engram_table(p + "engram.embed.", c.engram_num_embeddings[j], c.engram_head_dim, &L.engram);
+      else v.mat(p + "engram.embed.weight", c.engram_num_embeddings[j], c.engram_head_dim, &L.engram.table);
       v.mat(p + "engram.wkv.weight", D * (hc + 1), cols * c.engram_head_dim, &L.engram.wkv);
       v.vec2(p + "engram.q_weight", hc, D, &L.engram.q_weight);
       v.vec2(p + "engram.k_weight", hc, D, &L.engram.k_weight);
@@ -146,6 +150,27 @@ Weights load_weights(const loader::Checkpoint& ck) {
     m->cols = cols;
   };
   v.vec = [&](const std::string& name, int64_t n, const float** out, int) { *out = fetch(ck, w, name, {n}); };
+  v.engram_table = [&](const std::string& prefix, int64_t rows, int64_t dim, EngramWeights* e) {
+    const loader::TensorInfo* t = ck.find(prefix + "weight");
+    if (t && t->dtype == core::DType::F8_E4M3) {
+      if (t->shape != std::vector<int64_t>{rows, dim})
+        throw Error(t->file + ": tensor '" + t->name + "' has shape " + t->shape_str() + ", expected " +
+                    loader::shape_str({rows, dim}));
+      if (dim % 32 != 0) throw Error(t->file + ": tensor '" + t->name + "': FP8 rows need engram_head_dim divisible by 32");
+      const loader::TensorInfo* sc = ck.find(prefix + "scale");
+      const std::vector<int64_t> sshape = {rows, dim / 32};
+      if (!sc) throw Error(ck.dir() + ": missing tensor '" + prefix + "scale' (expected shape " + loader::shape_str(sshape) + ")");
+      if (sc->shape != sshape || sc->dtype != core::DType::F8_E8M0)
+        throw Error(sc->file + ": tensor '" + sc->name + "' is " + std::string(core::dtype_name(sc->dtype)) + " " +
+                    sc->shape_str() + ", expected F8_E8M0 " + loader::shape_str(sshape));
+      e->table_fp8 = t->data;
+      e->table_scale = sc->data;
+      return;
+    }
+    e->table.p = fetch(ck, w, prefix + "weight", {rows, dim});
+    e->table.rows = rows;
+    e->table.cols = dim;
+  };
   visit(c, w, v);
   return w;
 }
@@ -173,6 +198,32 @@ Weights random_weights(const ModelConfig& c, uint64_t seed) {
   };
   visit(c, w, v);
   return w;
+}
+
+std::vector<loader::TensorToWrite> export_tensors(const ModelConfig& c, Weights& w) {
+  std::vector<loader::TensorToWrite> out;
+  auto add_f32 = [&](const std::string& name, std::vector<int64_t> shape, const float* p) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    loader::TensorToWrite t{name, core::DType::F32, std::move(shape), std::vector<uint8_t>(static_cast<size_t>(n) * 4)};
+    if (n) std::memcpy(t.bytes.data(), p, t.bytes.size());
+    out.push_back(std::move(t));
+  };
+  Visitor v;
+  v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat* m) { add_f32(name, {r, cols}, m->p); };
+  v.vec = [&](const std::string& name, int64_t n, const float** p, int) { add_f32(name, {n}, *p); };
+  v.engram_table = [&](const std::string& prefix, int64_t rows, int64_t dim, EngramWeights* e) {
+    if (e->table_fp8) {
+      out.push_back({prefix + "weight", core::DType::F8_E4M3, {rows, dim},
+                     std::vector<uint8_t>(e->table_fp8, e->table_fp8 + rows * dim)});
+      out.push_back({prefix + "scale", core::DType::F8_E8M0, {rows, dim / 32},
+                     std::vector<uint8_t>(e->table_scale, e->table_scale + rows * (dim / 32))});
+    } else {
+      add_f32(prefix + "weight", {rows, dim}, e->table.p);
+    }
+  };
+  visit(c, w, v);
+  return out;
 }
 
 int64_t ParamCounts::total() const {

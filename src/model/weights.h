@@ -55,7 +55,11 @@ struct MoeWeights {
 };
 
 struct EngramWeights {
-  Mat table;                       // [N_j, engram_head_dim] hash-bucket rows
+  Mat table;                       // [N_j, engram_head_dim] hash-bucket rows (float tables)
+  // FP8 tables, kept as stored (mapped): e4m3 values and one ue8m0 scale per 32 channels.
+  const uint8_t* table_fp8 = nullptr;    // [N_j, engram_head_dim] F8_E4M3
+  const uint8_t* table_scale = nullptr;  // [N_j, engram_head_dim/32] F8_E8M0
+  int64_t rows = 0;
   Mat wkv;                         // [D*(hc+1), (N-1)*heads*engram_head_dim]
   const float* q_weight = nullptr; // [hc, D]
   const float* k_weight = nullptr; // [hc, D]
@@ -91,6 +95,10 @@ struct Weights {
 Weights load_weights(const loader::Checkpoint& ck);
 // Seeded random weights at the config's shapes (matrices ~ N(0, std), norms ~ 1, biases 0).
 Weights random_weights(const loader::ModelConfig& c, uint64_t seed);
+
+// Every tensor as float32 under its canonical (release) name, for writing a checkpoint
+// (tests, `deepinfer quantize` later). Engram FP8 tables are written as stored.
+std::vector<loader::TensorToWrite> export_tensors(const loader::ModelConfig& c, Weights& w);
 
 // Parameter counts per part, for `deepinfer info` and the benchmark.
 struct ParamCounts {

@@ -465,6 +465,8 @@ Turn read_message(const Json& m, size_t index) {
                                    "; send images as image blocks");
     if (t.role == Role::kUser) t.blocks.push_back({t.content, false, {}});
   } else if (content->is_array()) {
+    if (content->empty() && t.role == Role::kLatestReminder)  // the reference would print "None"
+      fail(where + ".content", "an empty block list");
     bool first = true;
     for (const RawBlock& b : read_blocks(*content, where + ".content")) {
       if (t.role == Role::kUser) {

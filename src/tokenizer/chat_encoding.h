@@ -30,12 +30,15 @@
 // one as "" and a null one as "None" or crashes); non-string scalars where text is expected,
 // non-object content blocks, blocks without a "type", unknown roles and invalid task names
 // are errors everywhere rather than only where the reference happens to look. Not
-// reproduced: JSON text with NaN/Infinity or integers beyond 64 bits inside tool-call
-// argument strings (nlohmann cannot represent them as Python does); the `context`
-// (continuation) argument; image records (images only become `<｜deepseek_image｜>`).
+// reproduced: integers beyond the 64-bit range (nlohmann holds them as doubles, Python as
+// exact ints) and NaN/Infinity literals inside tool-call argument strings (Python's
+// json.loads accepts them, nlohmann does not: an Error here); the `context` (continuation)
+// argument; image records (images only become `<｜deepseek_image｜>` placeholders).
 //
-// Errors: malformed input throws deepinfer::Error naming the message index and field,
-// e.g. "chat messages[2].tool_calls[0].function.arguments: ...".
+// Invariants: the output depends only on (messages, options); a message that the reference
+// encoder accepts and that passes the checks above is rendered exactly as the reference
+// renders it. Malformed input throws deepinfer::Error naming the message index and field,
+// e.g. "chat messages[2].tool_calls[0].function.arguments: must be a JSON object, got array".
 // Threading: pure functions, no shared state; safe from any thread.
 #pragma once
 

@@ -78,7 +78,10 @@ const std::map<char, std::string>& newer_unicode_ranges() {
         size_t j = i;
         while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
         body += hex(v[i]);
-        if (j > i) body += "-" + hex(v[j]);
+        if (j > i) {
+          body.push_back('-');
+          body.append(hex(v[j]));
+        }
         i = j + 1;
       }
       out[c] = body;

@@ -2,12 +2,22 @@
 // bucket layout, and hashing across chunks.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "loader/config.h"
+#include "kernels/backend.h"
+#include "loader/safetensors.h"
 #include "model/engram.h"
+#include "model/load.h"
+#include "model/weights.h"
 #include "tokenizer/engram_map.h"
 #include "tokenizer/tokenizer.h"
 
@@ -101,4 +111,114 @@ TEST(Engram, HashingIsIndependentOfChunking) {
   std::vector<int64_t> p0 = {0};
   h.hash(t2.data(), p0.data(), 1, hist4, ref.data());  // at position 0 every look-back is padded
   EXPECT_EQ(out, ref);
+}
+
+namespace {
+namespace fs = std::filesystem;
+
+// A small random-weight V4.1 checkpoint with Engram (32-wide rows) and the fixture tokenizer.
+std::string make_engram_checkpoint(const std::string& name, bool fp8_table, bool composite) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  fs::create_directories(dir);
+  nlohmann::json text = {
+      {"vocab_size", 1024}, {"hidden_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 2}, {"head_dim", 32},
+      {"q_lora_rank", 32}, {"qk_rope_head_dim", 8}, {"o_groups", 2}, {"o_lora_rank", 16}, {"sliding_window", 8},
+      {"index_n_heads", 2}, {"index_head_dim", 32}, {"index_topk", 4}, {"moe_intermediate_size", 32},
+      {"n_routed_experts", 4}, {"num_experts_per_tok", 2}, {"num_nextn_predict_layers", 0},
+      {"engram_layer_ids", {0, 2}}, {"engram_max_ngram_size", 3}, {"engram_n_heads", 2}, {"engram_head_dim", 32},
+      {"engram_vocab_size", 61}, {"engram_compressed_vocab_size", 756}, {"engram_num_embeddings", {0, 0}}};
+  // Rows from the prime layout: first compute it with a throwaway hasher call.
+  // Table rows from the prime layout: consecutive primes above engram_vocab_size - 1 = 60,
+  // (N-1) * heads of them per layer.
+  std::vector<int64_t> rows;
+  {
+    int64_t cur = 60;
+    for (int layer = 0; layer < 2; ++layer) {
+      int64_t sum = 0;
+      for (int n = 2; n <= 3; ++n) {
+        for (int hh = 0; hh < 2; ++hh) {
+          do ++cur; while (!model::is_prime_u64(static_cast<uint64_t>(cur)));
+          sum += cur;
+        }
+      }
+      rows.push_back(sum);
+    }
+  }
+  text["engram_num_embeddings"] = rows;
+  auto cfg = loader::parse_config(text.dump(), "test");
+  model::Weights w = model::random_weights(cfg, 11);
+  auto tensors = model::export_tensors(cfg, w);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    auto& t = tensors[k];
+    if (t.name.find("engram.embed.weight") == std::string::npos) continue;
+    // Quantise each 32-block to e4m3 with a power-of-two scale; the float variant stores
+    // the dequantised values, so both checkpoints hold the same numbers.
+    const int64_t n_rows = t.shape[0], dim = t.shape[1];
+    std::vector<float> x(static_cast<size_t>(n_rows * dim));
+    std::memcpy(x.data(), t.bytes.data(), t.bytes.size());
+    std::vector<uint8_t> q(x.size()), sc(static_cast<size_t>(n_rows * dim / 32));
+    for (int64_t b = 0; b < n_rows * dim / 32; ++b) {
+      float amax = 1e-4f;
+      for (int64_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(b * 32 + i)]));
+      const float s = core::pow2_ceil(amax / 448.0f);
+      sc[static_cast<size_t>(b)] = static_cast<uint8_t>(std::ilogb(s) + 127);
+      for (int64_t i = 0; i < 32; ++i) {
+        const size_t at = static_cast<size_t>(b * 32 + i);
+        q[at] = core::f32_to_e4m3(x[at] / s);
+        x[at] = core::e4m3_to_f32(q[at]) * s;
+      }
+    }
+    if (fp8_table) {
+      t.dtype = core::DType::F8_E4M3;
+      t.bytes = q;
+      tensors.push_back({std::string(t.name).replace(t.name.size() - 6, 6, "scale"), core::DType::F8_E8M0,
+                         {n_rows, dim / 32}, sc});
+    } else {
+      std::memcpy(t.bytes.data(), x.data(), t.bytes.size());
+    }
+  }
+  loader::write_safetensors(dir + "/model.safetensors", tensors);
+  nlohmann::json cfg_json = composite ? nlohmann::json{{"text_config", text}, {"vision_config", nlohmann::json::object()}} : text;
+  std::ofstream(dir + "/config.json") << cfg_json.dump(2);
+  fs::copy_file(data("tokenizer/fixture/tokenizer.json"), dir + "/tokenizer.json", fs::copy_options::overwrite_existing);
+  return dir;
+}
+
+std::vector<float> all_logits(const std::string& dir, const std::vector<int64_t>& toks) {
+  auto be = kernels::make_cpu_backend(2);
+  auto lm = model::load_model(dir, *be);
+  auto st = lm.model->new_state();
+  std::vector<float> out(toks.size() * 1024);
+  lm.model->forward(toks.data(), static_cast<int64_t>(toks.size()), st, out.data());
+  return out;
+}
+}  // namespace
+
+TEST(Engram, Fp8TablesAndCompositeConfigGiveTheSameLogits) {
+  std::vector<int64_t> toks;
+  for (int i = 0; i < 30; ++i) toks.push_back((i * 37 + 5) % 1024);
+  auto ref = all_logits(make_engram_checkpoint("engram_f32", false, false), toks);
+  auto fp8 = all_logits(make_engram_checkpoint("engram_fp8", true, true), toks);
+  for (float v : ref) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(std::memcmp(ref.data(), fp8.data(), ref.size() * sizeof(float)), 0);
+}
+
+TEST(Engram, FullFixtureWithCompositeConfig) {
+  const std::string src = data("v41/full"), dir = ::testing::TempDir() + "/full_composite";
+  fs::create_directories(dir);
+  for (const char* f : {"model.safetensors", "tokenizer.json"})
+    fs::copy_file(src + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing);
+  std::ifstream in(src + "/config.json");
+  nlohmann::json text = nlohmann::json::parse(in);
+  std::ofstream(dir + "/config.json") << nlohmann::json{{"architectures", {"DeepseekV41ForCausalLM"}}, {"text_config", text},
+                                                        {"vision_config", {{"hidden_size", 32}}}}.dump(2);
+  std::vector<int64_t> toks = core::read_npy_ints(src + "/golden/tokens.npy");
+  auto ours = all_logits(dir, toks);
+  std::vector<float> ref = core::read_npy_f32(src + "/golden/logits_full.npy");
+  double max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(ours[i] - ref[i])));
+  }
+  EXPECT_LE(max_diff / max_ref, 1e-4);
 }

@@ -4,8 +4,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -503,6 +505,7 @@ TEST(ChatErrors, Content) {
   expect_error(R"([{"role": "system", "content": 5}])", {"messages[0].content", "number"});
   expect_error(R"([{"role": "tool"}])", {"messages[0].content"});
   expect_error(R"([{"role": "developer", "content": ""}])", {"messages[0].content", "developer"});
+  expect_error(R"([{"role": "latest_reminder", "content": []}])", {"messages[0].content", "empty"});
   expect_error(R"([{"role": "user", "content": ["x"]}])", {"messages[0].content[0]", "block"});
   expect_error(R"([{"role": "user", "content": [{"text": "x"}]}])", {"messages[0].content[0].type"});
   expect_error(R"([{"role": "user", "content": [{"type": "text", "text": null}]}])", {"messages[0].content[0].text"});
