@@ -12,24 +12,29 @@ namespace deepinfer::model {
 
 using kernels::FakeQuant;
 
+// Per sequence, per forward: what KV sources and index sources publish to later layers.
 struct DeepseekV41::Shared {
   const float* comp = nullptr;   // [t_comp, hd] running compressed KV of the latest KV source
   int64_t t_comp = 0;
   const float* index_k = nullptr;  // [t_index, d_idx] running indexer keys
   int64_t t_index = 0;
   bool has_topk = false;
-  std::vector<uint8_t> topk;     // [n, topk_t] 1 = selected
+  std::vector<uint8_t> topk;     // [rows, topk_t] 1 = selected
   int64_t topk_t = 0;
   bool has_candidates = false;
-  std::vector<uint8_t> candidates;  // [n, cand_t]
+  std::vector<uint8_t> candidates;  // [rows, cand_t]
   int64_t cand_t = 0;
 };
 
+// The packed rows of one forward: every active row of every sequence, in sequence order.
 struct DeepseekV41::Scratch {
-  int64_t n = 0;
-  std::vector<int64_t> pos;                  // [n]
+  int64_t n = 0;                             // active rows
+  std::vector<int64_t> pos;                  // [n] absolute positions
   std::vector<float> cos_main, sin_main;     // [n, rd/2]
   std::vector<float> cos_comp, sin_comp;     // [n, rd/2]
+  std::vector<int64_t> row0, rows;           // per sequence: first active row, active row count
+  std::vector<SequenceState*> states;        // per sequence
+  std::vector<Shared> shared;                // per sequence
 };
 
 DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::Backend& backend,
@@ -103,41 +108,87 @@ void DeepseekV41::publish_groups(float* x, int64_t n_groups, int64_t dim, int64_
 }
 
 void DeepseekV41::forward(const int64_t* tokens, int64_t n, SequenceState& st, float* logits, bool last_only) {
-  const auto& c = cfg_;
-  for (int64_t i = 0; i < n; ++i)
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
-      throw Error("token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
-                  " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-  if (n == 0) return;
-  const int64_t D = c.hidden_size, hc = c.hc_mult;
-  Scratch s;
-  s.n = n;
-  s.pos.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) s.pos[i] = st.length() + i;
-  rope_main_.compute(s.pos.data(), n, &s.cos_main, &s.sin_main);
-  rope_compress_.compute(s.pos.data(), n, &s.cos_comp, &s.sin_comp);
+  SeqChunk chunk{.tokens = tokens, .n = n, .state = &st, .replay_from = 0, .all_logits = !last_only, .logits = logits};
+  forward(std::span<SeqChunk>(&chunk, 1));
+}
 
-  // Streams: the embedding copied into every hc stream. [n, hc, D]
-  std::vector<float> X(static_cast<size_t>(n * hc * D));
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t k = 0; k < hc; ++k)
-      std::memcpy(&X[(i * hc + k) * D], w_.embed.p + tokens[i] * D, static_cast<size_t>(D) * sizeof(float));
-  // Previous site's pre mix: one-hot on stream 0. [n, hc]
-  std::vector<float> pre(static_cast<size_t>(n * hc), 0.0f);
-  for (int64_t i = 0; i < n; ++i) pre[i * hc] = 1.0f;
-  std::vector<float> a_pre(pre.size()), a_post(pre.size()), a_comb(static_cast<size_t>(n * hc * hc));
-  std::vector<float> f_post(pre.size()), f_comb(a_comb.size());
-  std::vector<float> xc(static_cast<size_t>(n * D)), xn(xc.size()), y(xc.size());
-  // Engram hash ids of every position, for all engram layers: [n, n_engram_layers, cols].
-  std::vector<int64_t> hash_ids;
-  if (engram_) {
-    hash_ids.resize(static_cast<size_t>(n * engram_->n_layers() * engram_->n_cols()));
-    engram_->hash(tokens, s.pos.data(), n, st.engram_history(), hash_ids.data());
+int64_t DeepseekV41::late_layer_start() const {
+  if (cfg_.kv_source_layer_ids.empty()) return cfg_.num_hidden_layers;
+  return *std::max_element(cfg_.kv_source_layer_ids.begin(), cfg_.kv_source_layer_ids.end()) + 1;
+}
+
+void DeepseekV41::forward(std::span<SeqChunk> batch) {
+  const auto& c = cfg_;
+  const int64_t D = c.hidden_size, hc = c.hc_mult, V = c.vocab_size;
+  const int64_t late = late_layer_start();
+  Scratch s;
+  const size_t nseq = batch.size();
+  s.row0.resize(nseq);
+  s.rows.resize(nseq);
+  s.states.resize(nseq);
+  s.shared.resize(nseq);
+  bool any_replay = false;
+  for (size_t q = 0; q < nseq; ++q) {
+    const SeqChunk& ch = batch[q];
+    for (int64_t i = 0; i < ch.n; ++i)
+      if (ch.tokens[i] < 0 || ch.tokens[i] >= V)
+        throw Error("token id " + std::to_string(ch.tokens[i]) + " at index " + std::to_string(i) +
+                    " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    DI_CHECK(ch.replay_from >= 0 && ch.replay_from <= ch.n, "replay_from outside the chunk");
+    DI_CHECK(!(ch.all_logits && ch.replay_from > 0), "all-row logits need every layer on every row");
+    DI_CHECK(ch.replay_from == 0 || late < c.num_hidden_layers, "bounded replay needs a layer after the last KV source");
+    any_replay = any_replay || ch.replay_from > 0;
+    s.row0[q] = s.n;
+    s.rows[q] = ch.n;
+    s.states[q] = ch.state;
+    s.n += ch.n;
   }
-  Shared sh;
+  if (s.n == 0) return;
+  const int64_t total = s.n;
+  std::vector<const int64_t*> tok_rows(static_cast<size_t>(total));
+  s.pos.resize(static_cast<size_t>(total));
+  for (size_t q = 0; q < nseq; ++q)
+    for (int64_t i = 0; i < batch[q].n; ++i) {
+      s.pos[static_cast<size_t>(s.row0[q] + i)] = batch[q].state->length() + i;
+      tok_rows[static_cast<size_t>(s.row0[q] + i)] = &batch[q].tokens[i];
+    }
+  rope_main_.compute(s.pos.data(), total, &s.cos_main, &s.sin_main);
+  rope_compress_.compute(s.pos.data(), total, &s.cos_comp, &s.sin_comp);
+
+  // Streams: the embedding copied into every hc stream. [rows, hc, D]
+  std::vector<float> X(static_cast<size_t>(total * hc * D));
+  for (int64_t i = 0; i < total; ++i)
+    for (int64_t k = 0; k < hc; ++k)
+      std::memcpy(&X[static_cast<size_t>((i * hc + k) * D)], w_.embed.p + *tok_rows[static_cast<size_t>(i)] * D,
+                  static_cast<size_t>(D) * sizeof(float));
+  // Previous site's pre mix: one-hot on stream 0. [rows, hc]
+  std::vector<float> pre(static_cast<size_t>(total * hc), 0.0f);
+  for (int64_t i = 0; i < total; ++i) pre[static_cast<size_t>(i * hc)] = 1.0f;
+  // Engram hash ids of every row, for all engram layers: [rows, n_engram_layers, cols].
+  std::vector<int64_t> hash_ids;
+  int64_t hash_w = 0;
+  if (engram_) {
+    hash_w = engram_->n_layers() * engram_->n_cols();
+    hash_ids.resize(static_cast<size_t>(total * hash_w));
+    for (size_t q = 0; q < nseq; ++q)
+      engram_->hash(batch[q].tokens, s.pos.data() + s.row0[q], batch[q].n, batch[q].state->engram_history(),
+                    hash_ids.data() + s.row0[q] * hash_w);
+  }
   const float hc_eps = static_cast<float>(c.hc_eps), norm_eps = static_cast<float>(c.rms_norm_eps);
+  std::vector<float> a_pre, a_post, a_comb, f_post, f_comb, xc, xn, y;
 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (l == late && any_replay) compact_to_tail(batch, s, X, pre, hash_ids, hash_w);
+    const int64_t n = s.n;
+    a_pre.resize(static_cast<size_t>(n * hc));
+    a_post.resize(a_pre.size());
+    f_post.resize(a_pre.size());
+    a_comb.resize(static_cast<size_t>(n * hc * hc));
+    f_comb.resize(a_comb.size());
+    xc.resize(static_cast<size_t>(n * D));
+    xn.resize(xc.size());
+    y.resize(xc.size());
+    if (n == 0) continue;
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
     if (L.has_engram) engram(l, hash_ids.data(), s, X.data());
     be_.hc_mixes({.x = X.data(), .fn = L.hc_attn_fn.p, .scale = L.hc_attn_scale, .base = L.hc_attn_base,
@@ -145,7 +196,7 @@ void DeepseekV41::forward(const int64_t* tokens, int64_t n, SequenceState& st, f
                   .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});
     be_.hc_collapse({.x = X.data(), .pre = pre.data(), .y = xc.data(), .rows = n, .hc = hc, .dim = D});
     rms(xc.data(), L.attn_norm, xn.data(), n, D);
-    attention(l, xn.data(), s, st, sh, y.data());
+    attention(l, xn.data(), s, y.data());
     be_.hc_expand({.x = X.data(), .y = y.data(), .post = a_post.data(), .comb = a_comb.data(), .rows = n, .hc = hc, .dim = D});
 
     // The FFN site: its own mixes for the streams after attention; the collapse uses the
@@ -159,15 +210,80 @@ void DeepseekV41::forward(const int64_t* tokens, int64_t n, SequenceState& st, f
     be_.hc_expand({.x = X.data(), .y = y.data(), .post = f_post.data(), .comb = f_comb.data(), .rows = n, .hc = hc, .dim = D});
     // `pre` now holds this layer's FFN-site pre: the next attention collapses with it.
   }
-  st.advance(n);
+  for (size_t q = 0; q < nseq; ++q) batch[q].state->advance(batch[q].n);
 
-  const int64_t first = last_only ? n - 1 : 0, rows = n - first;
-  be_.hc_collapse({.x = X.data() + first * hc * D, .pre = pre.data() + first * hc, .y = xc.data(), .rows = rows, .hc = hc, .dim = D});
-  rms(xc.data(), w_.norm, xn.data(), rows, D);
-  linear(xn.data(), rows, w_.head, logits);
+  // Head: every row, or each sequence's last row (its last active row under replay).
+  std::vector<int64_t> out_rows;
+  std::vector<float*> out_ptrs;
+  for (size_t q = 0; q < nseq; ++q) {
+    if (!batch[q].logits || s.rows[q] == 0) continue;
+    if (batch[q].all_logits) {
+      for (int64_t i = 0; i < s.rows[q]; ++i) {
+        out_rows.push_back(s.row0[q] + i);
+        out_ptrs.push_back(batch[q].logits + i * V);
+      }
+    } else {
+      out_rows.push_back(s.row0[q] + s.rows[q] - 1);
+      out_ptrs.push_back(batch[q].logits);
+    }
+  }
+  const int64_t m = static_cast<int64_t>(out_rows.size());
+  if (m == 0) return;
+  std::vector<float> Xo(static_cast<size_t>(m * hc * D)), pre_o(static_cast<size_t>(m * hc));
+  for (int64_t i = 0; i < m; ++i) {
+    std::memcpy(&Xo[static_cast<size_t>(i * hc * D)], &X[static_cast<size_t>(out_rows[i] * hc * D)],
+                static_cast<size_t>(hc * D) * sizeof(float));
+    std::memcpy(&pre_o[static_cast<size_t>(i * hc)], &pre[static_cast<size_t>(out_rows[i] * hc)],
+                static_cast<size_t>(hc) * sizeof(float));
+  }
+  xc.resize(static_cast<size_t>(m * D));
+  xn.resize(xc.size());
+  be_.hc_collapse({.x = Xo.data(), .pre = pre_o.data(), .y = xc.data(), .rows = m, .hc = hc, .dim = D});
+  rms(xc.data(), w_.norm, xn.data(), m, D);
+  std::vector<float> lg(static_cast<size_t>(m * V));
+  linear(xn.data(), m, w_.head, lg.data());
+  for (int64_t i = 0; i < m; ++i)
+    std::memcpy(out_ptrs[static_cast<size_t>(i)], &lg[static_cast<size_t>(i * V)], static_cast<size_t>(V) * sizeof(float));
 }
 
-void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, SequenceState& st, Shared& sh, float* y) {
+void DeepseekV41::compact_to_tail(std::span<SeqChunk> batch, Scratch& s, std::vector<float>& X, std::vector<float>& pre,
+                                  std::vector<int64_t>& hash_ids, int64_t hash_w) {
+  // Keep, per sequence, only the rows at or after replay_from: the decoder layers run on the
+  // tail. Per-row published tensors (top-k, candidates) are compacted with them.
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, half = cfg_.qk_rope_head_dim / 2;
+  int64_t dst = 0;
+  auto move_rows = [&](auto& v, int64_t width, int64_t from, int64_t to, int64_t count) {
+    if (from != to && count > 0)
+      std::memmove(&v[static_cast<size_t>(to * width)], &v[static_cast<size_t>(from * width)],
+                   static_cast<size_t>(count * width) * sizeof(v[0]));
+  };
+  for (size_t q = 0; q < batch.size(); ++q) {
+    const int64_t skip = batch[q].replay_from, keep = s.rows[q] - skip, from = s.row0[q] + skip;
+    move_rows(X, hc * D, from, dst, keep);
+    move_rows(pre, hc, from, dst, keep);
+    move_rows(s.pos, 1, from, dst, keep);
+    move_rows(s.cos_main, half, from, dst, keep);
+    move_rows(s.sin_main, half, from, dst, keep);
+    move_rows(s.cos_comp, half, from, dst, keep);
+    move_rows(s.sin_comp, half, from, dst, keep);
+    if (hash_w) move_rows(hash_ids, hash_w, from, dst, keep);
+    Shared& sh = s.shared[q];
+    if (sh.has_topk) {
+      move_rows(sh.topk, sh.topk_t, skip, 0, keep);
+      sh.topk.resize(static_cast<size_t>(keep * sh.topk_t));
+    }
+    if (sh.has_candidates) {
+      move_rows(sh.candidates, sh.cand_t, skip, 0, keep);
+      sh.candidates.resize(static_cast<size_t>(keep * sh.cand_t));
+    }
+    s.row0[q] = dst;
+    s.rows[q] = keep;
+    dst += keep;
+  }
+  s.n = dst;
+}
+
+void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
   const auto& c = cfg_;
   const AttentionWeights& A = w_.layers[static_cast<size_t>(l)].attn;
   const int64_t n = s.n, D = c.hidden_size, H = c.num_attention_heads, hd = c.head_dim;
@@ -175,69 +291,103 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, SequenceStat
   const auto& cs = ratio > 0 ? s.cos_comp : s.cos_main;
   const auto& sn = ratio > 0 ? s.sin_comp : s.sin_main;
 
-  // Queries through the low-rank path; qr also feeds the indexer.
+  // Batched over every row: queries through the low-rank path (qr also feeds the indexer),
+  // and the window K=V (norm, RoPE, FP8 fake quantisation).
   std::vector<float> qr(static_cast<size_t>(n * c.q_lora_rank));
   linear(xn, n, A.wq_a, qr.data());
   rms(qr.data(), A.q_norm, qr.data(), n, c.q_lora_rank);
   std::vector<float> q(static_cast<size_t>(n * H * hd));
   linear(qr.data(), n, A.wq_b, q.data());
   rope_rows(q.data(), n, H, hd, cs, sn, false);
+  std::vector<float> kv(static_cast<size_t>(n * hd));
+  linear(xn, n, A.wkv, kv.data());
+  rms(kv.data(), A.kv_norm, kv.data(), n, hd);
+  rope_rows(kv.data(), n, 1, hd, cs, sn, false);
+  be_.fake_quant({.x = kv.data(), .rows = n, .dim = hd, .block = 32, .kind = FakeQuant::kFp8Pow2});
 
-  // Window K=V: norm, RoPE, FP8 fake quantisation; appended after the cached entries.
-  WindowRing& ring = st.window(l);
-  const int64_t n_cached = static_cast<int64_t>(ring.pos.size());
-  std::vector<float> win(static_cast<size_t>((n_cached + n) * hd));
-  std::vector<int64_t> win_pos(static_cast<size_t>(n_cached + n));
-  std::copy(ring.kv.begin(), ring.kv.end(), win.begin());
-  std::copy(ring.pos.begin(), ring.pos.end(), win_pos.begin());
-  float* kv = win.data() + n_cached * hd;
-  linear(xn, n, A.wkv, kv);
-  rms(kv, A.kv_norm, kv, n, hd);
-  rope_rows(kv, n, 1, hd, cs, sn, false);
-  be_.fake_quant({.x = kv, .rows = n, .dim = hd, .block = 32, .kind = FakeQuant::kFp8Pow2});
-  std::copy(s.pos.begin(), s.pos.end(), win_pos.begin() + n_cached);
-
-  const float* comp = nullptr;
-  const uint8_t* comp_sel = nullptr;
-  int64_t t_comp = 0;
-  if (ratio > 0) {
-    const int64_t src_layer = c.kv_source_of(l);
-    SourceState& src = st.source(src_layer);
-    std::vector<float> latent;
-    int64_t n_groups = 0, g0 = 0;
-    if (c.is_kv_source(l)) compressor(l, xn, s, src, &latent, &n_groups, &g0);
-    if (c.is_index_source(l)) indexer(l, xn, qr.data(), latent, n_groups, g0, s, src, sh);
-    if (n_groups > 0) {
-      // Rotate each new entry at its group's first-token position, FP4-quantise, append.
-      publish_groups(latent.data(), n_groups, hd, g0, ratio, FakeQuant::kFp4E4m3, 16);
-      src.comp.insert(src.comp.end(), latent.begin(), latent.end());
-      src.n_comp += n_groups;
+  // Compressor projections of every row (KV sources), sliced per sequence below.
+  std::vector<float> ckv, cgate;
+  if (c.is_kv_source(l)) {
+    ckv.resize(static_cast<size_t>(n * hd));
+    linear(xn, n, A.c_wkv, ckv.data());
+    if (ratio > 1) {
+      cgate.resize(ckv.size());
+      linear(xn, n, A.c_wgate, cgate.data());
     }
-    if (c.is_kv_source(l)) {
-      sh.comp = src.comp.data();
-      sh.t_comp = src.n_comp;
-    }
-    if (sh.t_comp > 0) {
-      comp = sh.comp;
-      t_comp = sh.t_comp;
-      if (sh.has_topk) {
-        DI_CHECK(sh.topk_t == t_comp, "top-k width does not match the compressed KV of layer " + std::to_string(l));
-        comp_sel = sh.topk.data();
-      }
-    }
+  }
+  // Indexer queries and head weights of every row (index sources).
+  std::vector<float> iq, iw;
+  if (c.is_index_source(l)) {
+    const int64_t nh = c.index_n_heads, di = c.index_head_dim;
+    iq.resize(static_cast<size_t>(n * nh * di));
+    linear(qr.data(), n, A.i_wq_b, iq.data());
+    rope_rows(iq.data(), n, nh, di, s.cos_comp, s.sin_comp, false);
+    be_.fake_quant({.x = iq.data(), .rows = n * nh, .dim = di, .block = 32, .kind = FakeQuant::kFp4Pow2});
+    iw.resize(static_cast<size_t>(n * nh));
+    linear(xn, n, A.i_weights_proj, iw.data());
+    const float head_scale = 1.0f / std::sqrt(static_cast<float>(nh));
+    for (float& v : iw) v *= head_scale;
   }
 
   std::vector<float> o(static_cast<size_t>(n * H * hd));
-  be_.attention({.q = q.data(), .q_pos = s.pos.data(), .win = win.data(), .win_pos = win_pos.data(), .comp = comp,
-                 .comp_sel = comp_sel, .sink = A.attn_sink, .out = o.data(), .s = n, .heads = H, .head_dim = hd,
-                 .t_win = n_cached + n, .t_comp = t_comp, .window = c.sliding_window,
-                 .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
+  for (size_t qi = 0; qi < s.states.size(); ++qi) {
+    const int64_t r0 = s.row0[qi], m = s.rows[qi];
+    if (m == 0) continue;
+    SequenceState& st = *s.states[qi];
+    Shared& sh = s.shared[qi];
+    const int64_t* pos = s.pos.data() + r0;
 
-  // Keep the last window-1 entries.
-  const int64_t keep = std::min<int64_t>(c.sliding_window - 1, n_cached + n);
-  const int64_t drop = n_cached + n - keep;
-  ring.kv.assign(win.begin() + drop * hd, win.end());
-  ring.pos.assign(win_pos.begin() + drop, win_pos.end());
+    // Window: the cached entries then this chunk's.
+    WindowRing& ring = st.window(l);
+    const int64_t n_cached = static_cast<int64_t>(ring.pos.size());
+    std::vector<float> win(static_cast<size_t>((n_cached + m) * hd));
+    std::vector<int64_t> win_pos(static_cast<size_t>(n_cached + m));
+    std::copy(ring.kv.begin(), ring.kv.end(), win.begin());
+    std::copy(ring.pos.begin(), ring.pos.end(), win_pos.begin());
+    std::memcpy(win.data() + n_cached * hd, kv.data() + r0 * hd, static_cast<size_t>(m * hd) * sizeof(float));
+    std::copy(pos, pos + m, win_pos.begin() + n_cached);
+
+    const float* comp = nullptr;
+    const uint8_t* comp_sel = nullptr;
+    int64_t t_comp = 0;
+    if (ratio > 0) {
+      SourceState& src = st.source(c.kv_source_of(l));
+      std::vector<float> latent;
+      int64_t n_groups = 0, g0 = 0;
+      if (c.is_kv_source(l))
+        compressor(l, ckv.data() + r0 * hd, cgate.empty() ? nullptr : cgate.data() + r0 * hd, m, src, &latent, &n_groups, &g0);
+      if (c.is_index_source(l))
+        indexer(l, iq.data() + r0 * c.index_n_heads * c.index_head_dim, iw.data() + r0 * c.index_n_heads, pos, m, latent,
+                n_groups, g0, src, sh);
+      if (n_groups > 0) {
+        // Rotate each new entry at its group's first-token position, FP4-quantise, append.
+        publish_groups(latent.data(), n_groups, hd, g0, ratio, FakeQuant::kFp4E4m3, 16);
+        src.comp.insert(src.comp.end(), latent.begin(), latent.end());
+        src.n_comp += n_groups;
+      }
+      if (c.is_kv_source(l)) {
+        sh.comp = src.comp.data();
+        sh.t_comp = src.n_comp;
+      }
+      if (sh.t_comp > 0) {
+        comp = sh.comp;
+        t_comp = sh.t_comp;
+        if (sh.has_topk) {
+          DI_CHECK(sh.topk_t == t_comp, "top-k width does not match the compressed KV of layer " + std::to_string(l));
+          comp_sel = sh.topk.data();
+        }
+      }
+    }
+    be_.attention({.q = q.data() + r0 * H * hd, .q_pos = pos, .win = win.data(), .win_pos = win_pos.data(), .comp = comp,
+                   .comp_sel = comp_sel, .sink = A.attn_sink, .out = o.data() + r0 * H * hd, .s = m, .heads = H,
+                   .head_dim = hd, .t_win = n_cached + m, .t_comp = t_comp, .window = c.sliding_window,
+                   .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
+    // Keep the last window-1 entries.
+    const int64_t keep = std::min<int64_t>(c.sliding_window - 1, n_cached + m);
+    const int64_t drop = n_cached + m - keep;
+    ring.kv.assign(win.begin() + drop * hd, win.end());
+    ring.pos.assign(win_pos.begin() + drop, win_pos.end());
+  }
 
   // Remove the query's rotation from the output, then the grouped low-rank projection.
   rope_rows(o.data(), n, H, hd, cs, sn, true);
@@ -249,25 +399,22 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, SequenceStat
   be_.matmul({.x = z.data(), .w = A.wo_b.p, .y = y, .m = n, .n = D, .k = G * olr});
 }
 
-void DeepseekV41::compressor(int64_t l, const float* xn, Scratch& s, SourceState& src, std::vector<float>* latent,
-                             int64_t* n_groups, int64_t* g0) {
+void DeepseekV41::compressor(int64_t l, const float* kv, const float* gate, int64_t n, SourceState& src,
+                             std::vector<float>* latent, int64_t* n_groups, int64_t* g0) {
   const auto& c = cfg_;
   const AttentionWeights& A = w_.layers[static_cast<size_t>(l)].attn;
-  const int64_t n = s.n, hd = c.head_dim, r = c.ratio(l);
+  const int64_t hd = c.head_dim, r = c.ratio(l);
   if (r == 1) {
-    latent->resize(static_cast<size_t>(n * hd));
-    linear(xn, n, A.c_wkv, latent->data());
+    latent->assign(kv, kv + n * hd);
     rms(latent->data(), A.c_norm, latent->data(), n, hd);
     *n_groups = n;
     *g0 = src.n_comp;
     return;
   }
-  // Append this call's projections to the open group's buffer; pool complete groups.
+  // Append this chunk's projections to the open group's buffer; pool complete groups.
+  src.buf_kv.insert(src.buf_kv.end(), kv, kv + n * hd);
+  src.buf_gate.insert(src.buf_gate.end(), gate, gate + n * hd);
   const int64_t total = src.buf_rows + n;
-  src.buf_kv.resize(static_cast<size_t>(total * hd));
-  src.buf_gate.resize(static_cast<size_t>(total * hd));
-  linear(xn, n, A.c_wkv, src.buf_kv.data() + src.buf_rows * hd);
-  linear(xn, n, A.c_wgate, src.buf_gate.data() + src.buf_rows * hd);
   src.buf_rows = total;
   *g0 = src.n_comp * r;
   const int64_t groups = total / r;
@@ -283,11 +430,11 @@ void DeepseekV41::compressor(int64_t l, const float* xn, Scratch& s, SourceState
   src.buf_rows = total - groups * r;
 }
 
-void DeepseekV41::indexer(int64_t l, const float* xn, const float* qr, const std::vector<float>& latent,
-                          int64_t n_groups, int64_t g0, Scratch& s, SourceState& src, Shared& sh) {
+void DeepseekV41::indexer(int64_t l, const float* q, const float* w, const int64_t* pos, int64_t n,
+                          const std::vector<float>& latent, int64_t n_groups, int64_t g0, SourceState& src, Shared& sh) {
   const auto& c = cfg_;
   const AttentionWeights& A = w_.layers[static_cast<size_t>(l)].attn;
-  const int64_t n = s.n, nh = c.index_n_heads, di = c.index_head_dim, r = c.ratio(l);
+  const int64_t nh = c.index_n_heads, di = c.index_head_dim, r = c.ratio(l);
   if (c.is_kv_source(l)) {
     if (n_groups > 0) {
       // Keys from the pre-RoPE, pre-FP4 latent.
@@ -303,22 +450,13 @@ void DeepseekV41::indexer(int64_t l, const float* xn, const float* qr, const std
   }
   const int64_t T = sh.t_index;
   if (T == 0) return;
-  std::vector<float> q(static_cast<size_t>(n * nh * di));
-  linear(qr, n, A.i_wq_b, q.data());
-  rope_rows(q.data(), n, nh, di, s.cos_comp, s.sin_comp, false);
-  be_.fake_quant({.x = q.data(), .rows = n * nh, .dim = di, .block = 32, .kind = FakeQuant::kFp4Pow2});
-  std::vector<float> w(static_cast<size_t>(n * nh));
-  linear(xn, n, A.i_weights_proj, w.data());
-  const float head_scale = 1.0f / std::sqrt(static_cast<float>(nh));
-  for (float& v : w) v *= head_scale;
   std::vector<float> scores(static_cast<size_t>(n * T));
-  be_.indexer_scores({.q = q.data(), .k = sh.index_k, .w = w.data(), .q_pos = s.pos.data(), .scores = scores.data(),
-                      .s = n, .heads = nh, .dim = di, .t = T, .ratio = r,
-                      .score_scale = 1.0f / std::sqrt(static_cast<float>(di))});
+  be_.indexer_scores({.q = q, .k = sh.index_k, .w = w, .q_pos = pos, .scores = scores.data(), .s = n, .heads = nh,
+                      .dim = di, .t = T, .ratio = r, .score_scale = 1.0f / std::sqrt(static_cast<float>(di))});
   const uint8_t* restrict_to = nullptr;
   if (l == c.candidate_source_layer_id) {
     sh.candidates.assign(static_cast<size_t>(n * T), 0);
-    be_.candidate_blocks({.scores = scores.data(), .q_pos = s.pos.data(), .keep = sh.candidates.data(), .s = n, .t = T,
+    be_.candidate_blocks({.scores = scores.data(), .q_pos = pos, .keep = sh.candidates.data(), .s = n, .t = T,
                           .ratio = r, .block_size = c.candidate_block_size, .topk_blocks = c.candidate_topk_blocks});
     sh.has_candidates = true;
     sh.cand_t = T;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -35,19 +36,41 @@ class DeepseekV41 {
   const Weights& weights() const { return w_; }
   SequenceState new_state() const { return SequenceState(cfg_); }
 
-  // Runs tokens [n] and writes logits [n, vocab] fp32 (every row) into `logits`, or only the
-  // last row when last_only is set (then `logits` holds [1, vocab]). Token ids outside the
-  // vocabulary are an Error (nothing is appended to the state then).
+  // One sequence's chunk in a batched forward.
+  struct SeqChunk {
+    const int64_t* tokens = nullptr;  // [n] token ids, at positions state->length() ...
+    int64_t n = 0;
+    SequenceState* state = nullptr;
+    // CED bounded replay: rows [0, replay_from) run only the layers up to the last KV source
+    // (the encoder half plus the decoder's KV source); the later (decoder) layers run on rows
+    // [replay_from, n). 0 = every layer on every row (exact).
+    int64_t replay_from = 0;
+    bool all_logits = false;  // logits of every row (needs replay_from == 0), else the last row
+    float* logits = nullptr;  // [n or 1, vocab] fp32, or null for none
+  };
+
+  // Runs several sequences' chunks in one pass: every matrix product covers all rows, the
+  // stateful parts (window, compressor, indexer, attention) run per sequence. A sequence's
+  // logits are bitwise the same alone or batched. Token ids outside the vocabulary are an
+  // Error, thrown before any state changes.
+  void forward(std::span<SeqChunk> batch);
+  // Convenience for one sequence: logits [n, vocab] (every row), or [1, vocab] (last_only).
   void forward(const int64_t* tokens, int64_t n, SequenceState& state, float* logits, bool last_only = false);
+  // First layer that bounded replay skips for non-tail rows (= last KV source + 1; L if none).
+  int64_t late_layer_start() const;
 
  private:
   struct Shared;  // per-forward published tensors (compressed KV, indexer keys, top-k)
   struct Scratch;
-  void attention(int64_t layer, const float* xn, Scratch& s, SequenceState& st, Shared& sh, float* y);
-  void compressor(int64_t layer, const float* xn, Scratch& s, SourceState& src, std::vector<float>* latent,
-                  int64_t* n_groups, int64_t* g0);
-  void indexer(int64_t layer, const float* xn, const float* qr, const std::vector<float>& latent, int64_t n_groups,
-               int64_t g0, Scratch& s, SourceState& src, Shared& sh);
+  void attention(int64_t layer, const float* xn, Scratch& s, float* y);
+  // kv/gate: [n, hd] compressor projections of one sequence's rows (gate null at ratio 1).
+  void compressor(int64_t layer, const float* kv, const float* gate, int64_t n, SourceState& src,
+                  std::vector<float>* latent, int64_t* n_groups, int64_t* g0);
+  // q: [n, heads, d_idx] rotated, FP4-rounded indexer queries; w: [n, heads] head weights.
+  void indexer(int64_t layer, const float* q, const float* w, const int64_t* pos, int64_t n,
+               const std::vector<float>& latent, int64_t n_groups, int64_t g0, SourceState& src, Shared& sh);
+  void compact_to_tail(std::span<SeqChunk> batch, Scratch& s, std::vector<float>& X, std::vector<float>& pre,
+                       std::vector<int64_t>& hash_ids, int64_t hash_w);
   void moe(int64_t layer, const float* xn, Scratch& s, float* y);
   void engram(int64_t layer, const int64_t* hash_ids, Scratch& s, float* X);
   void rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const std::vector<float>& cos,
