@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/flags.h"
 
 #include <algorithm>
 #include <chrono>
@@ -18,48 +19,6 @@
 #include "model/info.h"
 
 namespace deepinfer::cli {
-
-namespace {
-
-// --flag value pairs; every flag must be known and carry a value (--help excepted).
-std::map<std::string, std::string> parse_flags(const std::vector<std::string>& args, const std::vector<std::string>& known,
-                                               const std::string& cmd) {
-  std::map<std::string, std::string> out;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      out.emplace("help", "1");
-      continue;
-    }
-    if (a.rfind("--", 0) != 0) throw Error("deepinfer " + cmd + ": unexpected argument '" + a + "'");
-    std::string key = a.substr(2), val;
-    auto eq = key.find('=');
-    if (eq != std::string::npos) {
-      val = key.substr(eq + 1);
-      key = key.substr(0, eq);
-    } else {
-      if (i + 1 >= args.size()) throw Error("deepinfer " + cmd + ": flag --" + key + " needs a value");
-      val = args[++i];
-    }
-    if (std::find(known.begin(), known.end(), key) == known.end())
-      throw Error("deepinfer " + cmd + ": unknown flag --" + key);
-    out[key] = val;
-  }
-  return out;
-}
-
-int64_t parse_int(const std::string& flag, const std::string& v) {
-  try {
-    size_t used = 0;
-    long long x = std::stoll(v, &used);
-    if (used != v.size()) throw std::invalid_argument(v);
-    return x;
-  } catch (const std::logic_error&) {
-    throw Error("flag --" + flag + ": expected an integer, got '" + v + "'");
-  }
-}
-
-}  // namespace
 
 std::vector<int64_t> parse_chunks(const std::string& s) {
   std::vector<int64_t> out;
@@ -171,14 +130,6 @@ int cmd_info(const std::vector<std::string>& args) {
     return 2;
   }
 }
-
-namespace {
-bool parse_bool(const std::string& flag, const std::string& v) {
-  if (v == "true" || v == "1") return true;
-  if (v == "false" || v == "0") return false;
-  throw Error("flag --" + flag + ": expected true or false, got '" + v + "'");
-}
-}  // namespace
 
 int cmd_tokenize(const std::vector<std::string>& args) {
   try {

@@ -11,6 +11,9 @@ int cmd_logits(const std::vector<std::string>& args);
 int cmd_info(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
 int cmd_detokenize(const std::vector<std::string>& args);
+int cmd_generate(const std::vector<std::string>& args);
+int cmd_chat(const std::vector<std::string>& args);
+int cmd_run_batch(const std::vector<std::string>& args);
 
 // "13,9,1" -> {13, 9, 1}; throws Error naming the flag on bad input.
 std::vector<int64_t> parse_chunks(const std::string& s);

@@ -11,6 +11,9 @@ void usage() {
   std::fprintf(stderr,
                "usage: deepinfer <command> [flags]\n"
                "commands:\n"
+               "  generate   --model DIR --prompt TEXT [sampling flags]   (streams the completion)\n"
+               "  chat       --model DIR [sampling flags] [--thinking]    (interactive)\n"
+               "  run-batch  --model DIR --input IN.jsonl --output OUT.jsonl [--exact-prefill] [--metrics FILE]\n"
                "  logits  --model DIR --tokens IDS.npy [--chunks 13,9,1] [--out LOGITS.npy] [--top K]\n"
                "          [--load-format auto|random] [--seed N] [--threads N]\n"
                "  info    --model DIR\n"
@@ -31,6 +34,9 @@ static int run(int argc, char** argv) {
   if (cmd == "info") return deepinfer::cli::cmd_info(args);
   if (cmd == "tokenize") return deepinfer::cli::cmd_tokenize(args);
   if (cmd == "detokenize") return deepinfer::cli::cmd_detokenize(args);
+  if (cmd == "generate") return deepinfer::cli::cmd_generate(args);
+  if (cmd == "chat") return deepinfer::cli::cmd_chat(args);
+  if (cmd == "run-batch") return deepinfer::cli::cmd_run_batch(args);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     usage();
     return 0;

@@ -59,6 +59,8 @@ void matmul(core::ThreadPool& pool, const MatmulArgs& a) {
   // Parallel over output columns (weight rows): each weight row is read once per block
   // of 4 input rows; decode (m = 1) streams the weight exactly once.
   constexpr int64_t kRowBlock = 64;
+  // Small products run on the calling thread: waking workers costs more than they save.
+  const int64_t min_cols = a.m * a.n * a.k < (int64_t{1} << 18) ? a.n : 16;
   pool.parallel_for(a.n, [&](int64_t n0, int64_t n1) {
     for (int64_t mb = 0; mb < a.m; mb += kRowBlock) {
       const int64_t me = std::min(a.m, mb + kRowBlock);
@@ -84,7 +86,7 @@ void matmul(core::ThreadPool& pool, const MatmulArgs& a) {
       for (; n < n1; ++n)
         for (int64_t m = mb; m < me; ++m) a.y[m * ldy + n] = dot(a.x + m * ldx, a.w + n * a.k, a.k);
     }
-  }, 16);
+  }, min_cols);
 }
 
 }  // namespace deepinfer::kernels::cpu

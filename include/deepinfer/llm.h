@@ -1,0 +1,103 @@
+// Public API: DeepInfer's offline LLM, shaped like vLLM's `LLM.generate`.
+//
+//   deepinfer::LLM llm(deepinfer::EngineConfig{.model = "DIR"});
+//   auto outs = llm.generate({deepinfer::Prompt::text("Hello")}, deepinfer::SamplingParams{.max_tokens = 32});
+//
+// A bad request (invalid params, an out-of-vocabulary id, an empty prompt) fails alone: its
+// RequestOutput carries `error` and the rest of the batch runs. Configuration errors (a
+// missing or corrupt checkpoint) throw deepinfer::Error from the constructor.
+// Threading: one generate()/chat() at a time per LLM object.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepinfer/outputs.h"
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer {
+
+struct EngineConfig {
+  std::string model;                       // checkpoint directory (config.json, safetensors, tokenizer.json)
+  std::string load_format = "auto";        // "auto" or "random" (seeded random weights from config.json)
+  uint64_t seed = 0;                       // engine seed: requests without their own seed derive from it
+  int threads = 0;                         // compute threads; 0 = DEEPINFER_THREADS or every core
+  int64_t max_num_batched_tokens = 2048;   // tokens per step (chunked prefill budget)
+  int64_t max_num_seqs = 64;               // sequences running at once
+  int64_t memory_budget_bytes = 0;         // per-sequence state budget; 0 = unlimited
+  double memory_fraction = 0.0;            // alternative: this fraction of physical RAM (0 = unused)
+  bool exact_prefill = false;              // true: every layer on every prompt row (no CED replay)
+};
+
+struct Prompt {
+  std::string text;                        // used when token_ids is empty
+  std::vector<int32_t> token_ids;
+  static Prompt from_text(std::string t) { return Prompt{std::move(t), {}}; }
+  static Prompt from_ids(std::vector<int32_t> ids) { return Prompt{{}, std::move(ids)}; }
+};
+
+struct ChatMessage {
+  std::string role;                        // system, user, assistant, tool, developer
+  std::string content;
+  std::string reasoning_content;           // assistant turns (thinking mode)
+};
+
+struct ChatOptions {
+  bool thinking = false;
+  std::string reasoning_effort;            // "" (default), "low", "high", "max", or "1".."100"
+  bool add_generation_prompt = true;
+};
+
+// One request of a mixed batch (what run-batch files hold).
+struct Request {
+  std::string request_id;
+  Prompt prompt;                           // text or token ids, unless a conversation is given
+  std::vector<ChatMessage> messages;       // non-empty: a conversation (chat encoding)
+  std::string messages_json;               // or: an OpenAI-style messages array as JSON text
+                                           // (tool calls, tool results, ...); wins over `messages`
+  ChatOptions chat_options;
+  SamplingParams params;
+  std::string error;                       // non-empty: the request fails with this message
+};
+
+struct EngineStats {
+  int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0, preemptions = 0;
+  double wall_s = 0, schedule_s = 0, model_s = 0, sample_s = 0, commit_s = 0;
+};
+
+class LLM {
+ public:
+  explicit LLM(const EngineConfig& config);
+  ~LLM();
+  LLM(const LLM&) = delete;
+  LLM& operator=(const LLM&) = delete;
+
+  std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts, const SamplingParams& params);
+  // One SamplingParams per prompt.
+  std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params);
+  // Conversations rendered with DeepSeek-V4.1's chat encoding.
+  std::vector<RequestOutput> chat(const std::vector<std::vector<ChatMessage>>& conversations, const SamplingParams& params,
+                                  const ChatOptions& options = {});
+  // Prompt text for a conversation (the chat encoding), for inspection.
+  std::string apply_chat_template(const std::vector<ChatMessage>& conversation, const ChatOptions& options = {}) const;
+
+  // Runs a mixed batch; outputs in request order. on_finish (optional) sees each request as it
+  // ends (progress, streaming to a file).
+  // on_text (optional) streams each completion's new text: (request, completion, text).
+  std::vector<RequestOutput> run(std::vector<Request> requests,
+                                 const std::function<void(size_t, const RequestOutput&)>& on_finish = nullptr,
+                                 const std::function<void(size_t, int, const std::string&)>& on_text = nullptr);
+
+  int64_t vocab_size() const;
+  const EngineStats& last_stats() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer

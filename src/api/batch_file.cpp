@@ -1,0 +1,210 @@
+#include "api/batch_file.h"
+
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace deepinfer::api {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& field, const std::string& what) { throw Error("body." + field + ": " + what); }
+
+int64_t get_int(const json& b, const char* k, int64_t lo, int64_t hi) {
+  const json& v = b.at(k);
+  if (!v.is_number_integer()) bad(k, "expected an integer, got " + v.dump());
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi) bad(k, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(x));
+  return x;
+}
+float get_float(const json& b, const char* k) {
+  const json& v = b.at(k);
+  if (!v.is_number()) bad(k, "expected a number, got " + v.dump());
+  const double x = v.get<double>();
+  if (!std::isfinite(x)) bad(k, "must be finite");
+  return static_cast<float>(x);
+}
+bool get_bool(const json& b, const char* k) {
+  const json& v = b.at(k);
+  if (!v.is_boolean()) bad(k, "expected true or false, got " + v.dump());
+  return v.get<bool>();
+}
+std::vector<int32_t> get_ids(const json& b, const char* k) {
+  const json& v = b.at(k);
+  if (!v.is_array()) bad(k, "expected a list of token ids, got " + v.dump().substr(0, 80));
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer()) bad(std::string(k) + "[" + std::to_string(i) + "]", "expected an integer token id, got " + v[i].dump());
+    const int64_t x = v[i].get<int64_t>();
+    if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max())
+      bad(std::string(k) + "[" + std::to_string(i) + "]", "token id " + std::to_string(x) + " is out of range");
+    ids.push_back(static_cast<int32_t>(x));
+  }
+  return ids;
+}
+
+void parse_body(const json& b, Request& r) {
+  if (!b.is_object()) throw Error("body: expected an object");
+  static const char* kKnown[] = {"model", "prompt", "prompt_token_ids", "messages", "max_tokens", "max_completion_tokens",
+                                 "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos",
+                                 "logprobs", "top_logprobs", "n", "presence_penalty", "frequency_penalty",
+                                 "repetition_penalty", "min_tokens", "skip_special_tokens", "thinking", "reasoning_effort",
+                                 "chat_template_kwargs", "stream", "user"};
+  for (auto it = b.begin(); it != b.end(); ++it) {
+    bool known = false;
+    for (const char* k : kKnown) known = known || it.key() == k;
+    if (!known) bad(it.key(), "unknown field");
+  }
+  const int inputs = (b.contains("prompt") ? 1 : 0) + (b.contains("prompt_token_ids") ? 1 : 0) + (b.contains("messages") ? 1 : 0);
+  if (inputs != 1) throw Error("body: give exactly one of prompt, prompt_token_ids or messages");
+  if (b.contains("prompt")) {
+    const json& p = b["prompt"];
+    if (p.is_string()) r.prompt.text = p.get<std::string>();
+    else if (p.is_array()) r.prompt.token_ids = get_ids(b, "prompt");
+    else bad("prompt", "expected a string or a list of token ids");
+    if (p.is_string() && r.prompt.text.empty()) bad("prompt", "is empty");
+  } else if (b.contains("prompt_token_ids")) {
+    r.prompt.token_ids = get_ids(b, "prompt_token_ids");
+    if (r.prompt.token_ids.empty()) bad("prompt_token_ids", "is empty");
+  } else {
+    if (!b["messages"].is_array() || b["messages"].empty()) bad("messages", "expected a non-empty list of messages");
+    r.messages_json = b["messages"].dump();
+  }
+  SamplingParams& s = r.params;
+  const int64_t kMax = 1 << 30;
+  if (b.contains("max_tokens")) s.max_tokens = static_cast<int>(get_int(b, "max_tokens", 1, kMax));
+  if (b.contains("max_completion_tokens")) s.max_tokens = static_cast<int>(get_int(b, "max_completion_tokens", 1, kMax));
+  if (b.contains("min_tokens")) s.min_tokens = static_cast<int>(get_int(b, "min_tokens", 0, kMax));
+  if (b.contains("n")) s.n = static_cast<int>(get_int(b, "n", 1, 1024));
+  if (b.contains("top_k")) s.top_k = static_cast<int>(get_int(b, "top_k", -1, kMax));
+  if (b.contains("temperature")) s.temperature = get_float(b, "temperature");
+  if (b.contains("top_p")) s.top_p = get_float(b, "top_p");
+  if (b.contains("min_p")) s.min_p = get_float(b, "min_p");
+  if (b.contains("presence_penalty")) s.presence_penalty = get_float(b, "presence_penalty");
+  if (b.contains("frequency_penalty")) s.frequency_penalty = get_float(b, "frequency_penalty");
+  if (b.contains("repetition_penalty")) s.repetition_penalty = get_float(b, "repetition_penalty");
+  if (b.contains("seed") && !b["seed"].is_null()) {
+    if (!b["seed"].is_number_integer()) bad("seed", "expected an integer, got " + b["seed"].dump());
+    s.seed = static_cast<uint64_t>(b["seed"].get<int64_t>());
+  }
+  if (b.contains("ignore_eos")) s.ignore_eos = get_bool(b, "ignore_eos");
+  if (b.contains("skip_special_tokens")) s.skip_special_tokens = get_bool(b, "skip_special_tokens");
+  if (b.contains("stop") && !b["stop"].is_null()) {
+    const json& v = b["stop"];
+    if (v.is_string()) s.stop = {v.get<std::string>()};
+    else if (v.is_array()) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].is_string()) bad("stop[" + std::to_string(i) + "]", "expected a string, got " + v[i].dump());
+        s.stop.push_back(v[i].get<std::string>());
+      }
+    } else {
+      bad("stop", "expected a string or a list of strings");
+    }
+  }
+  if (b.contains("stop_token_ids")) s.stop_token_ids = get_ids(b, "stop_token_ids");
+  // Completions-style logprobs (an int) or chat-style logprobs (bool) + top_logprobs (int).
+  if (b.contains("logprobs") && !b["logprobs"].is_null()) {
+    const json& v = b["logprobs"];
+    if (v.is_boolean()) {
+      if (v.get<bool>()) s.logprobs = b.contains("top_logprobs") ? static_cast<int>(get_int(b, "top_logprobs", 0, 20)) : 0;
+    } else if (v.is_number_integer()) {
+      s.logprobs = static_cast<int>(get_int(b, "logprobs", 0, 20));
+    } else {
+      bad("logprobs", "expected an integer or a boolean, got " + v.dump());
+    }
+  }
+  if (b.contains("thinking")) r.chat_options.thinking = get_bool(b, "thinking");
+  if (b.contains("chat_template_kwargs")) {
+    const json& k = b["chat_template_kwargs"];
+    if (!k.is_object()) bad("chat_template_kwargs", "expected an object");
+    if (k.contains("thinking")) {
+      if (!k["thinking"].is_boolean()) bad("chat_template_kwargs.thinking", "expected true or false");
+      r.chat_options.thinking = k["thinking"].get<bool>();
+    }
+  }
+  if (b.contains("reasoning_effort")) {
+    if (!b["reasoning_effort"].is_string()) bad("reasoning_effort", "expected a string");
+    r.chat_options.reasoning_effort = b["reasoning_effort"].get<std::string>();
+  }
+  if (b.contains("stream") && b["stream"].is_boolean() && b["stream"].get<bool>()) bad("stream", "streaming is not available in batch files");
+}
+
+}  // namespace
+
+Request parse_batch_line(const std::string& line, size_t line_no) {
+  Request r;
+  r.request_id = "line " + std::to_string(line_no);
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::exception& e) {
+    r.error = "malformed JSON on line " + std::to_string(line_no) + ": " + e.what();
+    return r;
+  }
+  if (!j.is_object()) {
+    r.error = "line " + std::to_string(line_no) + ": expected a JSON object";
+    return r;
+  }
+  if (j.contains("custom_id")) {
+    if (j["custom_id"].is_string()) r.request_id = j["custom_id"].get<std::string>();
+    else {
+      r.error = "custom_id: expected a string, got " + j["custom_id"].dump();
+      return r;
+    }
+  }
+  if (!j.contains("body")) {
+    r.error = "body: missing";
+    return r;
+  }
+  try {
+    parse_body(j["body"], r);
+  } catch (const Error& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+std::string format_batch_output(const std::string& custom_id, const RequestOutput& out) {
+  json j;
+  j["custom_id"] = custom_id;
+  if (!out.error.empty()) {
+    j["error"] = {{"message", out.error}};
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  json choices = json::array();
+  int64_t completion_tokens = 0;
+  for (const auto& c : out.outputs) {
+    json ch = {{"index", c.index}, {"text", c.text}, {"token_ids", c.token_ids}, {"finish_reason", to_string(c.finish_reason)}};
+    if (!c.stop_reason.empty()) ch["stop_reason"] = c.stop_reason;
+    if (!c.logprobs.empty()) {
+      json lp = json::array();
+      for (const auto& t : c.logprobs) {
+        json top = json::array();
+        for (const auto& [id, v] : t.top) top.push_back({{"token_id", id}, {"logprob", v}});
+        lp.push_back({{"token_id", t.token_id}, {"logprob", t.logprob}, {"top_logprobs", top}});
+      }
+      ch["logprobs"] = lp;
+    }
+    completion_tokens += static_cast<int64_t>(c.token_ids.size());
+    choices.push_back(ch);
+  }
+  json resp;
+  if (!out.outputs.empty()) {
+    resp["text"] = out.outputs[0].text;
+    resp["token_ids"] = out.outputs[0].token_ids;
+    resp["finish_reason"] = to_string(out.outputs[0].finish_reason);
+  }
+  resp["usage"] = {{"prompt_tokens", out.prompt_token_ids.size()},
+                   {"completion_tokens", completion_tokens},
+                   {"total_tokens", static_cast<int64_t>(out.prompt_token_ids.size()) + completion_tokens}};
+  resp["choices"] = choices;
+  j["response"] = resp;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace deepinfer::api

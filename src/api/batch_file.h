@@ -1,0 +1,22 @@
+// run-batch files: OpenAI-batch-style JSONL in, one JSON line out per input line.
+//
+// Input line: {"custom_id": str, "body": {...}} where body holds `prompt` (text),
+// `prompt_token_ids` (list of ints) or `messages` (chat), and sampling fields. Output line:
+// {"custom_id", "response": {"text", "token_ids", "finish_reason", "usage", "choices"}} or
+// {"custom_id", "error": {"message"}}. A malformed or invalid line becomes an error line; it
+// never stops the batch. custom_id falls back to "line N" when it cannot be read.
+// Threading: pure functions.
+#pragma once
+
+#include <string>
+
+#include "deepinfer/llm.h"
+
+namespace deepinfer::api {
+
+// Parses one input line (line_no counts from 1). Never throws: problems set request.error.
+Request parse_batch_line(const std::string& line, size_t line_no);
+// The output line (no trailing newline).
+std::string format_batch_output(const std::string& custom_id, const RequestOutput& out);
+
+}  // namespace deepinfer::api

@@ -1,0 +1,161 @@
+// LLM: the public offline API on top of the engine (load once, generate many).
+#include "deepinfer/llm.h"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "kernels/backend.h"
+#include "model/load.h"
+#include "tokenizer/chat_encoding.h"
+
+namespace deepinfer {
+
+struct LLM::Impl {
+  EngineConfig cfg;
+  std::unique_ptr<kernels::Backend> backend;
+  model::LoadedModel lm;
+  EngineStats stats;
+
+  std::vector<RequestOutput> run(std::vector<engine::EngineRequest> reqs,
+                                 const std::function<void(size_t, const RequestOutput&)>& on_finish = nullptr,
+                                 const std::function<void(size_t, int, const std::string&)>& on_text = nullptr) {
+    engine::EngineOptions o;
+    o.sched.max_num_batched_tokens = cfg.max_num_batched_tokens;
+    o.sched.max_num_seqs = cfg.max_num_seqs;
+    o.sched.exact_prefill = cfg.exact_prefill;
+    o.sched.replay_tail = lm.model->config().sliding_window;
+    o.sched.replay_supported = lm.model->late_layer_start() < lm.model->config().num_hidden_layers;
+    o.memory_budget_bytes = cfg.memory_budget_bytes;
+    if (o.memory_budget_bytes <= 0 && cfg.memory_fraction > 0) {
+      const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+      o.memory_budget_bytes = static_cast<int64_t>(ram * cfg.memory_fraction);
+    }
+    o.seed = cfg.seed;
+    o.on_text = on_text;
+    engine::Engine eng(*lm.model, lm.tokenizer.get(), o);
+    auto outs = eng.run(std::move(reqs), on_finish);
+    const auto& t = eng.times();
+    stats = EngineStats{static_cast<int64_t>(outs.size()), t.prompt_tokens, t.generated_tokens, t.steps, t.preemptions,
+                        t.wall_s, t.schedule_s, t.model_s, t.sample_s, t.commit_s};
+    return outs;
+  }
+};
+
+LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
+  impl_->cfg = config;
+  if (config.model.empty()) throw Error("EngineConfig.model: a checkpoint directory is required");
+  if (config.load_format != "auto" && config.load_format != "random")
+    throw Error("EngineConfig.load_format: expected \"auto\" or \"random\", got \"" + config.load_format + "\"");
+  if (config.max_num_batched_tokens < 1) throw Error("EngineConfig.max_num_batched_tokens: must be >= 1");
+  if (config.max_num_seqs < 1) throw Error("EngineConfig.max_num_seqs: must be >= 1");
+  if (config.memory_fraction < 0 || config.memory_fraction > 1) throw Error("EngineConfig.memory_fraction: must be in [0, 1]");
+  impl_->backend = kernels::make_cpu_backend(config.threads);
+  impl_->lm = model::load_model(config.model, *impl_->backend,
+                                config.load_format == "random" ? model::LoadFormat::kRandom : model::LoadFormat::kAuto,
+                                config.seed);
+}
+
+LLM::~LLM() = default;
+
+int64_t LLM::vocab_size() const { return impl_->lm.model->config().vocab_size; }
+const EngineStats& LLM::last_stats() const { return impl_->stats; }
+
+std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, const SamplingParams& params) {
+  return generate(prompts, std::vector<SamplingParams>(prompts.size(), params));
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params) {
+  if (params.size() != prompts.size())
+    throw Error("generate: " + std::to_string(params.size()) + " SamplingParams for " + std::to_string(prompts.size()) + " prompts");
+  std::vector<Request> reqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    reqs[i].request_id = std::to_string(i);
+    reqs[i].prompt = prompts[i];
+    reqs[i].params = params[i];
+  }
+  return run(std::move(reqs));
+}
+
+namespace {
+nlohmann::ordered_json to_json(const std::vector<ChatMessage>& conv) {
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+  for (const auto& m : conv) {
+    nlohmann::ordered_json j;
+    j["role"] = m.role;
+    j["content"] = m.content;
+    if (!m.reasoning_content.empty()) j["reasoning_content"] = m.reasoning_content;
+    msgs.push_back(j);
+  }
+  return msgs;
+}
+tokenizer::ChatOptions to_options(const ChatOptions& o) {
+  tokenizer::ChatOptions t;
+  t.thinking = o.thinking;
+  t.reasoning_effort = o.reasoning_effort;
+  t.add_generation_prompt = o.add_generation_prompt;
+  return t;
+}
+}  // namespace
+
+std::string LLM::apply_chat_template(const std::vector<ChatMessage>& conversation, const ChatOptions& options) const {
+  return tokenizer::encode_chat(to_json(conversation), to_options(options));
+}
+
+std::vector<RequestOutput> LLM::chat(const std::vector<std::vector<ChatMessage>>& conversations, const SamplingParams& params,
+                                     const ChatOptions& options) {
+  std::vector<Request> reqs(conversations.size());
+  for (size_t i = 0; i < conversations.size(); ++i) {
+    reqs[i].request_id = std::to_string(i);
+    reqs[i].messages = conversations[i];
+    reqs[i].chat_options = options;
+    reqs[i].params = params;
+  }
+  return run(std::move(reqs));
+}
+
+std::vector<RequestOutput> LLM::run(std::vector<Request> requests,
+                                    const std::function<void(size_t, const RequestOutput&)>& on_finish,
+                                    const std::function<void(size_t, int, const std::string&)>& on_text) {
+  std::vector<engine::EngineRequest> reqs(requests.size());
+  const tokenizer::Tokenizer* tok = impl_->lm.tokenizer.get();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& in = requests[i];
+    engine::EngineRequest& r = reqs[i];
+    r.request_id = in.request_id;
+    r.params = in.params;
+    r.error = in.error;
+    if (!r.error.empty()) continue;
+    try {
+      const bool is_chat = !in.messages_json.empty() || !in.messages.empty();
+      if (is_chat) {
+        if (!tok) throw Error("messages: chat needs a tokenizer (the model directory has no tokenizer.json)");
+        nlohmann::ordered_json msgs;
+        if (!in.messages_json.empty()) {
+          try {
+            msgs = nlohmann::ordered_json::parse(in.messages_json);
+          } catch (const nlohmann::json::exception& e) {
+            throw Error(std::string("messages: invalid JSON: ") + e.what());
+          }
+        } else {
+          msgs = to_json(in.messages);
+        }
+        r.prompt_text = tokenizer::encode_chat(msgs, to_options(in.chat_options));
+        r.prompt_ids = tok->encode(r.prompt_text, /*add_special_tokens=*/false);
+      } else if (!in.prompt.token_ids.empty()) {
+        r.prompt_ids = in.prompt.token_ids;
+      } else {
+        if (!tok) throw Error("prompt: text prompts need a tokenizer (the model directory has no tokenizer.json)");
+        r.prompt_text = in.prompt.text;
+        r.prompt_ids = tok->encode(in.prompt.text, /*add_special_tokens=*/true);
+      }
+    } catch (const Error& e) {
+      r.error = e.what();
+    }
+  }
+  return impl_->run(std::move(reqs), on_finish, on_text);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,51 @@
+#include "cache/state_cache.h"
+
+#include <cmath>
+
+#include "model/info.h"
+
+namespace deepinfer::cache {
+
+StateCache::StateCache(const loader::ModelConfig& config, int64_t budget_bytes) : config_(config), budget_(budget_bytes) {
+  const model::StateBytes b = model::state_bytes(config);
+  fixed_ = b.fixed_fp32;
+  // Per token: compressed KV + indexer keys, the window positions, Engram history.
+  per_token_ = b.per_token_fp32 + 4.0;
+}
+
+int64_t StateCache::bytes_for(int64_t n_tokens) const {
+  const double window_tokens = static_cast<double>(std::min<int64_t>(n_tokens, config_.sliding_window - 1));
+  const double window = fixed_ * window_tokens / static_cast<double>(std::max<int64_t>(1, config_.sliding_window - 1));
+  return static_cast<int64_t>(std::ceil(window + per_token_ * static_cast<double>(n_tokens)));
+}
+
+bool StateCache::fits(int64_t id, int64_t n_tokens) const {
+  if (budget_ <= 0) return true;
+  auto it = reservation_.find(id);
+  const int64_t current = it == reservation_.end() ? 0 : it->second;
+  return reserved_ - current + bytes_for(n_tokens) <= budget_;
+}
+
+model::SequenceState& StateCache::acquire(int64_t id) {
+  auto it = states_.find(id);
+  if (it == states_.end()) it = states_.emplace(id, std::make_unique<model::SequenceState>(config_)).first;
+  return *it->second;
+}
+
+void StateCache::reserve(int64_t id, int64_t n_tokens) {
+  const int64_t b = bytes_for(n_tokens);
+  int64_t& r = reservation_[id];
+  reserved_ += b - r;
+  r = b;
+}
+
+void StateCache::release(int64_t id) {
+  auto it = reservation_.find(id);
+  if (it != reservation_.end()) {
+    reserved_ -= it->second;
+    reservation_.erase(it);
+  }
+  states_.erase(id);
+}
+
+}  // namespace deepinfer::cache

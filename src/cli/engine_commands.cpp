@@ -1,0 +1,270 @@
+// The engine subcommands: generate (streaming), chat (interactive), run-batch (JSONL files).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "api/batch_file.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/error.h"
+#include "deepinfer/llm.h"
+
+namespace deepinfer::cli {
+
+namespace {
+
+const std::vector<std::string> kEngineFlags = {"model", "load-format", "seed", "threads", "max-num-batched-tokens",
+                                               "max-num-seqs", "memory-budget", "memory-fraction", "exact-prefill"};
+const std::vector<std::string> kSamplingFlags = {"max-tokens", "min-tokens", "temperature", "top-k", "top-p", "min-p",
+                                                 "repetition-penalty", "presence-penalty", "frequency-penalty", "stop",
+                                                 "stop-token-ids", "ignore-eos", "request-seed", "logprobs", "n",
+                                                 "skip-special-tokens"};
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+EngineConfig engine_config(std::map<std::string, std::string>& f) {
+  if (!f.count("model")) throw Error("--model DIR is required");
+  EngineConfig c;
+  c.model = f["model"];
+  if (f.count("load-format")) c.load_format = f["load-format"];
+  if (f.count("seed")) c.seed = static_cast<uint64_t>(parse_int("seed", f["seed"]));
+  if (f.count("threads")) c.threads = static_cast<int>(std::clamp<int64_t>(parse_int("threads", f["threads"]), 0, 1024));
+  if (f.count("max-num-batched-tokens")) c.max_num_batched_tokens = parse_int("max-num-batched-tokens", f["max-num-batched-tokens"]);
+  if (f.count("max-num-seqs")) c.max_num_seqs = parse_int("max-num-seqs", f["max-num-seqs"]);
+  if (f.count("memory-budget")) c.memory_budget_bytes = parse_int("memory-budget", f["memory-budget"]);
+  if (f.count("memory-fraction")) c.memory_fraction = parse_float("memory-fraction", f["memory-fraction"]);
+  if (f.count("exact-prefill")) c.exact_prefill = parse_bool("exact-prefill", f["exact-prefill"]);
+  return c;
+}
+
+SamplingParams sampling_params(std::map<std::string, std::string>& f) {
+  SamplingParams p;
+  if (f.count("max-tokens")) p.max_tokens = static_cast<int>(parse_int("max-tokens", f["max-tokens"]));
+  if (f.count("min-tokens")) p.min_tokens = static_cast<int>(parse_int("min-tokens", f["min-tokens"]));
+  if (f.count("temperature")) p.temperature = static_cast<float>(parse_float("temperature", f["temperature"]));
+  if (f.count("top-k")) p.top_k = static_cast<int>(parse_int("top-k", f["top-k"]));
+  if (f.count("top-p")) p.top_p = static_cast<float>(parse_float("top-p", f["top-p"]));
+  if (f.count("min-p")) p.min_p = static_cast<float>(parse_float("min-p", f["min-p"]));
+  if (f.count("repetition-penalty")) p.repetition_penalty = static_cast<float>(parse_float("repetition-penalty", f["repetition-penalty"]));
+  if (f.count("presence-penalty")) p.presence_penalty = static_cast<float>(parse_float("presence-penalty", f["presence-penalty"]));
+  if (f.count("frequency-penalty")) p.frequency_penalty = static_cast<float>(parse_float("frequency-penalty", f["frequency-penalty"]));
+  if (f.count("stop")) p.stop = {f["stop"]};
+  if (f.count("stop-token-ids")) {
+    const std::string& s = f["stop-token-ids"];
+    size_t start = 0;
+    while (start < s.size()) {
+      size_t comma = s.find(',', start);
+      p.stop_token_ids.push_back(static_cast<int32_t>(parse_int("stop-token-ids", s.substr(start, comma - start))));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (f.count("ignore-eos")) p.ignore_eos = parse_bool("ignore-eos", f["ignore-eos"]);
+  if (f.count("request-seed")) p.seed = static_cast<uint64_t>(parse_int("request-seed", f["request-seed"]));
+  if (f.count("logprobs")) p.logprobs = static_cast<int>(parse_int("logprobs", f["logprobs"]));
+  if (f.count("n")) p.n = static_cast<int>(parse_int("n", f["n"]));
+  if (f.count("skip-special-tokens")) p.skip_special_tokens = parse_bool("skip-special-tokens", f["skip-special-tokens"]);
+  const std::string err = validate(p);
+  if (!err.empty()) throw Error(err);
+  return p;
+}
+
+constexpr const char* kSamplingHelp =
+    "sampling: --max-tokens N --min-tokens N --temperature T --top-k K --top-p P --min-p P --n N\n"
+    "          --repetition-penalty R --presence-penalty P --frequency-penalty F --stop TEXT\n"
+    "          --stop-token-ids 1,2 --ignore-eos --request-seed S --logprobs N --skip-special-tokens B\n"
+    "engine:   --load-format auto|random --seed S --threads N --max-num-batched-tokens N --max-num-seqs N\n"
+    "          --memory-budget BYTES --memory-fraction F --exact-prefill\n";
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+}  // namespace
+
+int cmd_generate(const std::vector<std::string>& args) {
+  try {
+    auto f = parse_flags(args, concat(concat(kEngineFlags, kSamplingFlags), {"prompt", "prompt-ids"}), "generate",
+                         {"exact-prefill", "ignore-eos"});
+    if (f.count("help")) {
+      std::printf("deepinfer generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [flags]\n  Streams the completion.\n%s",
+                  kSamplingHelp);
+      return 0;
+    }
+    if (f.count("prompt") == f.count("prompt-ids")) throw Error("deepinfer generate: give exactly one of --prompt or --prompt-ids");
+    EngineConfig ec = engine_config(f);
+    SamplingParams sp = sampling_params(f);
+    Request r;
+    r.request_id = "0";
+    r.params = sp;
+    if (f.count("prompt")) {
+      r.prompt.text = f["prompt"];
+    } else {
+      const std::string& s = f["prompt-ids"];
+      size_t start = 0;
+      while (start < s.size()) {
+        size_t comma = s.find(',', start);
+        r.prompt.token_ids.push_back(static_cast<int32_t>(parse_int("prompt-ids", s.substr(start, comma - start))));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+    LLM llm(ec);
+    const bool stream = sp.n == 1;
+    auto outs = llm.run({r}, nullptr, [&](size_t, int, const std::string& text) {
+      if (stream) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+      }
+    });
+    const RequestOutput& o = outs[0];
+    if (!o.error.empty()) throw Error(o.error);
+    if (stream) {
+      std::printf("\n");
+    } else {
+      for (const auto& c : o.outputs) std::printf("[%d] %s\n", c.index, c.text.c_str());
+    }
+    for (const auto& c : o.outputs)
+      std::fprintf(stderr, "[completion %d: %zu tokens, finish %s%s%s]\n", c.index, c.token_ids.size(),
+                   to_string(c.finish_reason), c.stop_reason.empty() ? "" : ", stop ", c.stop_reason.c_str());
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+    return 2;
+  }
+}
+
+int cmd_chat(const std::vector<std::string>& args) {
+  try {
+    auto f = parse_flags(args, concat(concat(kEngineFlags, kSamplingFlags), {"thinking", "reasoning-effort", "system"}), "chat",
+                         {"exact-prefill", "ignore-eos", "thinking"});
+    if (f.count("help")) {
+      std::printf("deepinfer chat --model DIR [--system TEXT] [--thinking] [--reasoning-effort E] [flags]\n"
+                  "  Interactive chat with DeepSeek-V4.1's chat encoding; an empty line or EOF ends it.\n%s",
+                  kSamplingHelp);
+      return 0;
+    }
+    EngineConfig ec = engine_config(f);
+    SamplingParams sp = sampling_params(f);
+    ChatOptions co;
+    if (f.count("thinking")) co.thinking = parse_bool("thinking", f["thinking"]);
+    if (f.count("reasoning-effort")) co.reasoning_effort = f["reasoning-effort"];
+    LLM llm(ec);
+    std::vector<ChatMessage> conv;
+    if (f.count("system")) conv.push_back({"system", f["system"], ""});
+    const bool tty = isatty(STDIN_FILENO) != 0;
+    for (std::string line;;) {
+      if (tty) std::fprintf(stderr, "> ");
+      if (!std::getline(std::cin, line) || line.empty()) break;
+      conv.push_back({"user", line, ""});
+      Request r;
+      r.messages = conv;
+      r.chat_options = co;
+      r.params = sp;
+      auto outs = llm.run({r}, nullptr, [&](size_t, int, const std::string& text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+      });
+      std::printf("\n");
+      if (!outs[0].error.empty()) throw Error(outs[0].error);
+      conv.push_back({"assistant", outs[0].outputs[0].text, ""});
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+    return 2;
+  }
+}
+
+int cmd_run_batch(const std::vector<std::string>& args) {
+  try {
+    auto f = parse_flags(args, concat(kEngineFlags, {"input", "output", "metrics"}), "run-batch", {"exact-prefill"});
+    if (f.count("help")) {
+      std::printf("deepinfer run-batch --model DIR --input IN.jsonl --output OUT.jsonl [--exact-prefill] [--metrics FILE]\n"
+                  "  One output line per input line, in input order; malformed lines get an error line.\n%s",
+                  kSamplingHelp);
+      return 0;
+    }
+    if (!f.count("input")) throw Error("deepinfer run-batch: --input IN.jsonl is required");
+    if (!f.count("output")) throw Error("deepinfer run-batch: --output OUT.jsonl is required");
+    std::ifstream in(f["input"]);
+    if (!in) throw Error(f["input"] + ": cannot open");
+    std::vector<Request> reqs;
+    size_t line_no = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines are not requests
+      reqs.push_back(api::parse_batch_line(line, line_no));
+    }
+    std::ofstream out(f["output"]);
+    if (!out) throw Error(f["output"] + ": cannot open for writing");
+    EngineConfig ec = engine_config(f);
+    LLM llm(ec);
+    const bool progress = isatty(STDERR_FILENO) != 0;
+    size_t done = 0;
+    std::vector<std::string> ids;
+    for (const auto& r : reqs) ids.push_back(r.request_id);
+    auto outs = llm.run(std::move(reqs), [&](size_t, const RequestOutput&) {
+      ++done;
+      if (progress) std::fprintf(stderr, "\r[%zu/%zu] requests done", done, ids.size());
+    });
+    if (progress) std::fprintf(stderr, "\n");
+    std::vector<double> ttft;
+    int64_t errors = 0, tok_in = 0, tok_out = 0;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      out << api::format_batch_output(ids[i], outs[i]) << "\n";
+      if (!outs[i].error.empty()) {
+        ++errors;
+        continue;
+      }
+      tok_in += static_cast<int64_t>(outs[i].prompt_token_ids.size());
+      for (const auto& c : outs[i].outputs) tok_out += static_cast<int64_t>(c.token_ids.size());
+      ttft.push_back(outs[i].metrics.first_token_s);
+    }
+    out.close();
+    const EngineStats& st = llm.last_stats();
+    nlohmann::json m = {{"requests", outs.size()},
+                        {"errors", errors},
+                        {"prompt_tokens", tok_in},
+                        {"completion_tokens", tok_out},
+                        {"wall_s", st.wall_s},
+                        {"prompt_tokens_per_s", st.wall_s > 0 ? static_cast<double>(tok_in) / st.wall_s : 0.0},
+                        {"completion_tokens_per_s", st.wall_s > 0 ? static_cast<double>(tok_out) / st.wall_s : 0.0},
+                        {"ttft_p50_s", percentile(ttft, 0.5)},
+                        {"ttft_p99_s", percentile(ttft, 0.99)},
+                        {"steps", st.steps},
+                        {"preemptions", st.preemptions},
+                        {"time_schedule_s", st.schedule_s},
+                        {"time_model_s", st.model_s},
+                        {"time_sample_s", st.sample_s},
+                        {"time_commit_s", st.commit_s}};
+    std::fprintf(stderr,
+                 "run-batch: %zu requests (%lld errors), %lld prompt + %lld completion tokens in %.2f s = %.1f + %.1f tokens/s; "
+                 "TTFT p50 %.3f s, p99 %.3f s\n",
+                 outs.size(), static_cast<long long>(errors), static_cast<long long>(tok_in), static_cast<long long>(tok_out),
+                 st.wall_s, m["prompt_tokens_per_s"].get<double>(), m["completion_tokens_per_s"].get<double>(),
+                 percentile(ttft, 0.5), percentile(ttft, 0.99));
+    if (f.count("metrics")) {
+      std::ofstream mf(f["metrics"]);
+      if (!mf) throw Error(f["metrics"] + ": cannot open for writing");
+      mf << m.dump(2) << "\n";
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+    return 2;
+  }
+}
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,235 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "runner/model_runner.h"
+#include "tokenizer/detokenizer.h"
+
+namespace deepinfer::engine {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+// One completion's text state: incremental detokenizer and stop-string scanning.
+struct Completion {
+  sched::Sequence seq;
+  uint64_t seed = 0;
+  std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
+  CompletionOutput out;
+  size_t streamed = 0;  // bytes of out.text already passed to on_text
+  bool done = false;
+};
+
+struct Engine::Live {
+  EngineRequest req;
+  RequestOutput out;
+  std::vector<std::unique_ptr<Completion>> comps;
+  int remaining = 0;
+};
+
+Engine::Engine(model::DeepseekV41& model, const tokenizer::Tokenizer* tok, EngineOptions opts)
+    : model_(model), tok_(tok), opts_(opts) {
+  if (opts_.sampler_threads > 1) pool_ = std::make_unique<core::ThreadPool>(opts_.sampler_threads);
+  for (int64_t e : model_.config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(e));
+  if (tok_ && tok_->eos_id() && std::find(eos_ids_.begin(), eos_ids_.end(), *tok_->eos_id()) == eos_ids_.end())
+    eos_ids_.push_back(*tok_->eos_id());
+}
+
+Engine::~Engine() = default;
+
+std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
+                                       const std::function<void(size_t, const RequestOutput&)>& on_finish) {
+  const auto t_start = Clock::now();
+  times_ = StepTimes{};
+  const int64_t V = model_.config().vocab_size;
+  cache::StateCache cache(model_.config(), opts_.memory_budget_bytes);
+  sched::Scheduler scheduler(opts_.sched, cache);
+  runner::ModelRunner runner(model_, cache);
+  std::vector<std::unique_ptr<Live>> live;
+  live.reserve(requests.size());
+  int64_t next_id = 0;
+
+  auto fail = [&](Live& L, const std::string& msg) {
+    L.out.error = msg;
+    L.out.finished = true;
+    L.out.metrics.finish_s = since(t_start);
+  };
+  for (size_t r = 0; r < requests.size(); ++r) {
+    auto L = std::make_unique<Live>();
+    L->req = std::move(requests[r]);
+    L->out.request_id = L->req.request_id;
+    L->out.prompt = L->req.prompt_text;
+    L->out.prompt_token_ids = L->req.prompt_ids;
+    L->out.metrics.arrival_s = 0;
+    const SamplingParams& p = L->req.params;
+    std::string err = L->req.error;
+    if (err.empty()) err = validate(p, V);
+    if (err.empty() && L->req.prompt_ids.empty()) err = "prompt: empty (at least one token is needed)";
+    if (err.empty())
+      for (size_t i = 0; i < L->req.prompt_ids.size(); ++i)
+        if (L->req.prompt_ids[i] < 0 || L->req.prompt_ids[i] >= V) {
+          err = "prompt_token_ids[" + std::to_string(i) + "]: token id " + std::to_string(L->req.prompt_ids[i]) +
+                " is outside the vocabulary [0, " + std::to_string(V) + ")";
+          break;
+        }
+    if (err.empty() && !tok_ && !p.stop.empty()) err = "stop: stop strings need a tokenizer (the model has no tokenizer.json)";
+    if (!err.empty()) {
+      fail(*L, err);
+      live.push_back(std::move(L));
+      continue;
+    }
+    const uint64_t base_seed = p.seed ? *p.seed : core::splitmix64(opts_.seed ^ core::splitmix64(r + 1));
+    for (int k = 0; k < p.n; ++k) {
+      auto c = std::make_unique<Completion>();
+      c->seq.id = next_id++;
+      c->seq.request = r;
+      c->seq.completion = k;
+      c->seq.tokens.assign(L->req.prompt_ids.begin(), L->req.prompt_ids.end());
+      c->seq.prompt_len = static_cast<int64_t>(L->req.prompt_ids.size());
+      c->seed = base_seed;
+      c->out.index = k;
+      if (tok_) c->detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*tok_, p.skip_special_tokens);
+      L->comps.push_back(std::move(c));
+    }
+    L->remaining = p.n;
+    times_.prompt_tokens += static_cast<int64_t>(L->req.prompt_ids.size());
+    live.push_back(std::move(L));
+  }
+  for (auto& L : live)
+    for (auto& c : L->comps) scheduler.add(&c->seq);
+  for (size_t r = 0; r < live.size(); ++r)
+    if (live[r]->out.finished && on_finish) on_finish(r, live[r]->out);
+
+  auto finish_completion = [&](Live& L, Completion& c, FinishReason why, const std::string& stop_reason) {
+    c.done = true;
+    if (c.detok) {
+      // Flush held-back bytes unless a stop string already cut the text.
+      if (why != FinishReason::kStop || stop_reason.empty() || c.out.stop_reason.empty()) c.out.text += c.detok->flush();
+    }
+    c.out.finish_reason = why;
+    if (!stop_reason.empty()) c.out.stop_reason = stop_reason;
+    if (opts_.on_text && c.out.text.size() > c.streamed) {
+      opts_.on_text(c.seq.request, c.seq.completion, c.out.text.substr(c.streamed));
+      c.streamed = c.out.text.size();
+    }
+    scheduler.finish(&c.seq);
+    if (--L.remaining == 0) {
+      L.out.finished = true;
+      L.out.metrics.finish_s = since(t_start);
+      for (auto& cc : L.comps) L.out.outputs.push_back(std::move(cc->out));
+    }
+  };
+
+  std::vector<sample::SampleRequest> sreqs;
+  std::vector<sample::SampleResult> sres;
+  std::vector<std::vector<int32_t>> prompt32, output32;
+  while (scheduler.has_work()) {
+    auto t0 = Clock::now();
+    sched::StepPlan plan = scheduler.schedule();
+    times_.schedule_s += since(t0);
+    if (plan.chunks.empty()) break;  // cannot happen: the scheduler always runs something
+    times_.preemptions += plan.n_preempted;
+    times_.computed_tokens += plan.n_tokens;
+    ++times_.steps;
+
+    t0 = Clock::now();
+    runner::StepOutput so = runner.run(plan);
+    times_.model_s += since(t0);
+
+    t0 = Clock::now();
+    const size_t m = so.sampled.size();
+    sreqs.assign(m, {});
+    sres.assign(m, {});
+    prompt32.resize(m);
+    output32.resize(m);
+    for (size_t i = 0; i < m; ++i) {
+      const sched::Sequence& s = *plan.chunks[so.sampled[i]].seq;
+      Live& L = *live[s.request];
+      Completion& c = *L.comps[static_cast<size_t>(s.completion)];
+      output32[i].assign(c.out.token_ids.begin(), c.out.token_ids.end());
+      auto& sr = sreqs[i];
+      sr.logits = std::span<const float>(so.logits.data() + i * static_cast<size_t>(V), static_cast<size_t>(V));
+      sr.params = &L.req.params;
+      sr.seed = c.seed;
+      sr.step = static_cast<uint64_t>(s.generated());
+      sr.stream = static_cast<uint64_t>(s.completion);
+      sr.prompt_ids = L.req.prompt_ids;
+      sr.output_ids = output32[i];
+      sr.eos_ids = eos_ids_;
+    }
+    sampler_.sample_batch(sreqs, sres, pool_.get());
+    times_.sample_s += since(t0);
+
+    t0 = Clock::now();
+    for (size_t i = 0; i < m; ++i) {
+      sched::Sequence& s = *plan.chunks[so.sampled[i]].seq;
+      Live& L = *live[s.request];
+      Completion& c = *L.comps[static_cast<size_t>(s.completion)];
+      const SamplingParams& p = L.req.params;
+      const int32_t tok = sres[i].token;
+      if (c.out.token_ids.empty() && L.out.metrics.first_token_s == 0) L.out.metrics.first_token_s = since(t_start);
+      c.out.token_ids.push_back(tok);
+      if (sres[i].logprob) c.out.logprobs.push_back(*sres[i].logprob);
+      s.tokens.push_back(tok);
+      ++times_.generated_tokens;
+      // Text, then the stop conditions in vLLM's order: EOS / stop token, stop string, length.
+      bool stopped = false;
+      const bool is_eos = !p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
+      const bool is_stop_tok = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+      if (c.detok && !is_eos) {
+        const size_t before = c.out.text.size();
+        c.out.text += c.detok->push(tok);
+        // Streamed text stays behind any partial stop string (at most max_stop - 1 bytes).
+        size_t max_stop = 0;
+        for (const auto& st : p.stop) max_stop = std::max(max_stop, st.size());
+        if (!p.stop.empty() && c.out.text.size() > before) {
+          const size_t from = before >= max_stop ? before - max_stop + 1 : 0;
+          size_t best = std::string::npos;
+          std::string which;
+          for (const auto& st : p.stop) {
+            const size_t at = c.out.text.find(st, from);
+            if (at != std::string::npos && at < best) {
+              best = at;
+              which = st;
+            }
+          }
+          if (best != std::string::npos) {
+            c.out.text.resize(best);
+            c.out.stop_reason = which;
+            stopped = true;
+          }
+        }
+        if (opts_.on_text) {
+          size_t safe = c.out.text.size();
+          if (!stopped && max_stop > 1) safe = safe >= max_stop - 1 ? safe - (max_stop - 1) : 0;
+          if (safe > c.streamed) {
+            opts_.on_text(s.request, s.completion, c.out.text.substr(c.streamed, safe - c.streamed));
+            c.streamed = safe;
+          }
+        }
+        if (stopped) finish_completion(L, c, FinishReason::kStop, c.out.stop_reason);
+      }
+      if (stopped) {
+      } else if (is_eos || is_stop_tok) {
+        finish_completion(L, c, FinishReason::kStop, is_stop_tok ? std::to_string(tok) : "");
+      } else if (c.out.token_ids.size() >= static_cast<size_t>(p.max_tokens)) {
+        finish_completion(L, c, FinishReason::kLength, "");
+      }
+      if (L.out.finished && on_finish) on_finish(s.request, L.out);
+    }
+    times_.commit_s += since(t0);
+  }
+  times_.wall_s = since(t_start);
+  std::vector<RequestOutput> outs;
+  outs.reserve(live.size());
+  for (auto& L : live) outs.push_back(std::move(L->out));
+  return outs;
+}
+
+}  // namespace deepinfer::engine

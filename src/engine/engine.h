@@ -1,0 +1,77 @@
+// Engine: the offline step loop — schedule, run, sample, commit — until every request ends.
+//
+// Purpose: turns requests (prompt ids + SamplingParams) into RequestOutputs. Each step the
+// scheduler picks chunks under the token and memory budgets, the runner runs them as one
+// batched forward, the sampler draws the next token of every sequence whose chunk reached its
+// end, and commit appends it, streams its text, and ends the sequence on EOS, a stop token,
+// a stop string or max_tokens. A request that is invalid fails alone with a message.
+// Invariants: a sequence's tokens depend only on its prompt, its params and its seed — not on
+// the batch, the chunking, the step budget or preemption (batch-invariant forward, counter-based
+// sampling keyed by (seed, position, completion)).
+// Threading: run() from one thread; the backend and the sampler parallelise inside.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/state_cache.h"
+#include "core/thread_pool.h"
+#include "deepinfer/outputs.h"
+#include "deepinfer/sampling_params.h"
+#include "model/deepseek_v41.h"
+#include "sample/sampler.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::engine {
+
+struct EngineOptions {
+  sched::SchedulerConfig sched;
+  int64_t memory_budget_bytes = 0;  // state cache budget; <= 0 unlimited
+  uint64_t seed = 0;                // seed of requests whose params have none
+  int sampler_threads = 1;
+  // Optional: each completion's newly decoded text as it is generated (request, completion, text).
+  std::function<void(size_t, int, const std::string&)> on_text;
+};
+
+struct EngineRequest {
+  std::string request_id;
+  std::string prompt_text;              // shown in the output; "" for id prompts
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+  std::string error;                    // pre-failed (e.g. the prompt could not be encoded)
+};
+
+struct StepTimes {
+  double schedule_s = 0, model_s = 0, sample_s = 0, commit_s = 0;
+  int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, preemptions = 0, computed_tokens = 0;
+  double wall_s = 0;
+};
+
+class Engine {
+ public:
+  // tok may be null (then outputs have no text and stop strings are an error).
+  Engine(model::DeepseekV41& model, const tokenizer::Tokenizer* tok, EngineOptions opts);
+  ~Engine();
+
+  // Runs every request to completion; outputs in request order. on_finish (optional) is
+  // called as each request ends (e.g. to stream results or show progress).
+  std::vector<RequestOutput> run(std::vector<EngineRequest> requests,
+                                 const std::function<void(size_t, const RequestOutput&)>& on_finish = nullptr);
+  const StepTimes& times() const { return times_; }
+
+ private:
+  struct Live;  // per-request running state
+  model::DeepseekV41& model_;
+  const tokenizer::Tokenizer* tok_;
+  EngineOptions opts_;
+  sample::Sampler sampler_;
+  std::unique_ptr<core::ThreadPool> pool_;
+  StepTimes times_;
+  std::vector<int32_t> eos_ids_;
+};
+
+}  // namespace deepinfer::engine

@@ -1,0 +1,36 @@
+// ModelRunner: lays a StepPlan out as one batched forward and returns the rows to sample.
+//
+// Purpose: the seam between scheduling and the model — for every scheduled chunk it points
+// the model at the sequence's tokens and state (from the StateCache), runs one
+// DeepseekV41::forward over all chunks, and advances each sequence's computed count. Only
+// the chunks that end at a sequence's last token get logits (their last row).
+// Invariants: the plan's chunks are disjoint sequences; logits rows follow plan order.
+// Threading: engine thread only; the backend parallelises inside ops.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/state_cache.h"
+#include "model/deepseek_v41.h"
+#include "sched/scheduler.h"
+
+namespace deepinfer::runner {
+
+struct StepOutput {
+  std::vector<size_t> sampled;  // indices into plan.chunks that have a logits row
+  std::vector<float> logits;    // [sampled.size(), vocab] fp32
+};
+
+class ModelRunner {
+ public:
+  ModelRunner(model::DeepseekV41& model, cache::StateCache& cache) : model_(model), cache_(cache) {}
+  StepOutput run(const sched::StepPlan& plan);
+  int64_t vocab_size() const { return model_.config().vocab_size; }
+
+ private:
+  model::DeepseekV41& model_;
+  cache::StateCache& cache_;
+};
+
+}  // namespace deepinfer::runner

@@ -1,0 +1,284 @@
+#include "sample/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "sample/penalties.h"
+#include "sample/rng.h"
+
+namespace deepinfer::sample {
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+constexpr double kPosInf = std::numeric_limits<double>::infinity();
+
+// Argmax with ties to the lowest id; an all -inf row gives 0.
+int32_t argmax(const double* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+// A candidate for ranking: its value (x or weight) and id. Contiguous, so selection and
+// sorting do not chase indices.
+struct Ranked {
+  double v;
+  int32_t id;
+};
+
+// Rank order: value descending, then id ascending. A total order over distinct ids, so any
+// selection algorithm yields the same ranking.
+inline bool ranks_before(const Ranked& a, const Ranked& b) { return a.v > b.v || (a.v == b.v && a.id < b.id); }
+
+}  // namespace
+
+struct Sampler::Workspace {
+  std::vector<double> x;         // [vocab] fp64: processed logits, then x / T, then kept weights
+  std::vector<Ranked> ranked;    // [<= vocab]: candidates for top-k / top-p ranking
+  std::vector<double> lsm;       // [vocab] fp64: raw log-softmax (logprobs only)
+  PenaltyCounts counts;          // sparse penalty counts
+
+  void ensure(int64_t vocab) {
+    const auto n = static_cast<size_t>(vocab);
+    if (x.size() < n) x.resize(n);
+    if (ranked.size() < n) ranked.resize(n);
+  }
+};
+
+Sampler::Sampler() = default;
+Sampler::~Sampler() = default;
+
+namespace {
+
+using Workspace = Sampler::Workspace;
+
+// Copies the row into ws.x (NaN -> -inf) and applies steps (1)-(2).
+void process(const SampleRequest& r, Workspace& ws) {
+  DI_CHECK(r.params != nullptr, "SampleRequest.params is null");
+  DI_CHECK(!r.logits.empty(), "SampleRequest.logits is empty");
+  const int64_t vocab = static_cast<int64_t>(r.logits.size());
+  ws.ensure(vocab);
+  double* x = ws.x.data();
+  const float* l = r.logits.data();
+  for (int64_t i = 0; i < vocab; ++i) x[i] = std::isnan(l[i]) ? kNegInf : static_cast<double>(l[i]);
+  apply_min_tokens_and_penalties(r, x, ws.counts);
+}
+
+// Keeps the tokens whose probability is among the highest with cumulative mass (in rank order)
+// reaching top_p; w [vocab] fp64 holds the weights, zeroed for dropped tokens. Ranks only as far
+// as needed: nth_element on growing prefixes, then sort of each new slice.
+void apply_top_p(double* w, int64_t vocab, double top_p, Ranked* cand) {
+  double total = 0.0;
+  size_t n = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    total += w[i];
+    if (w[i] > 0.0) cand[n++] = {w[i], static_cast<int32_t>(i)};
+  }
+  const double limit = top_p * total;
+  size_t kept = 0, ranked = 0;
+  double before = 0.0;  // mass of the tokens ranked before the current one
+  while (kept < n && before < limit) {
+    if (kept == ranked) {
+      const size_t next = std::min(n, std::max<size_t>(256, ranked * 4));
+      if (next < n) std::nth_element(cand + ranked, cand + next, cand + n, ranks_before);
+      std::sort(cand + ranked, cand + next, ranks_before);
+      ranked = next;
+    }
+    before += cand[kept].v;
+    ++kept;
+  }
+  for (size_t j = kept; j < n; ++j) w[cand[j].id] = 0.0;
+}
+
+// Steps (3)-(4) on ws.x (already holding steps (1)-(2)). Returns the token when the row is
+// decided without a draw (greedy, or nothing finite left), else -1 with ws.x = kept weights.
+int32_t filter(const SampleRequest& r, Workspace& ws) {
+  const SamplingParams& p = *r.params;
+  const int64_t vocab = static_cast<int64_t>(r.logits.size());
+  double* x = ws.x.data();
+  if (!(p.temperature >= kGreedyTemperature)) return argmax(x, vocab);
+
+  // (3) temperature.
+  const double temp = static_cast<double>(p.temperature);
+  double m = kNegInf;
+  for (int64_t i = 0; i < vocab; ++i) {
+    x[i] = x[i] / temp;
+    m = std::max(m, x[i]);
+  }
+  if (m == kNegInf) return 0;
+  if (m == kPosInf) {  // +inf logits share all the mass equally
+    for (int64_t i = 0; i < vocab; ++i) x[i] = x[i] == kPosInf ? 0.0 : kNegInf;
+    m = 0.0;
+  }
+
+  // (4a) min-p: p_i < min_p * p_max  <=>  x_i - m < log(min_p).
+  if (p.min_p > 0.0f) {
+    const double log_min_p = std::log(static_cast<double>(p.min_p));
+    for (int64_t i = 0; i < vocab; ++i)
+      if (x[i] - m < log_min_p) x[i] = kNegInf;
+  }
+
+  // (4b) top-k: threshold at the k-th largest x; ties with it stay (vLLM's `logits < kth` mask).
+  if (p.top_k > 0 && p.top_k < vocab) {
+    Ranked* cand = ws.ranked.data();
+    size_t n = 0;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (x[i] > kNegInf) cand[n++] = {x[i], static_cast<int32_t>(i)};
+    const auto k = static_cast<size_t>(p.top_k);
+    if (n > k) {
+      std::nth_element(cand, cand + (k - 1), cand + n, ranks_before);
+      const double kth = cand[k - 1].v;
+      for (size_t j = k; j < n; ++j)
+        if (cand[j].v < kth) x[cand[j].id] = kNegInf;
+    }
+  }
+
+  // Weights (unnormalised probabilities); the argmax has weight 1 and survives every filter.
+  for (int64_t i = 0; i < vocab; ++i) x[i] = x[i] == kNegInf ? 0.0 : std::exp(x[i] - m);
+
+  // (4c) top-p over the renormalised survivors.
+  if (p.top_p < 1.0f) apply_top_p(x, vocab, static_cast<double>(p.top_p), ws.ranked.data());
+  return -1;
+}
+
+// (5) inverse CDF in ascending id order.
+int32_t draw(const SampleRequest& r, const double* w, int64_t vocab) {
+  double total = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) total += w[i];
+  const double target = draw_uniform(r.seed, r.step, r.stream) * total;
+  double cum = 0.0;
+  int64_t last = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (w[i] > 0.0) {
+      cum += w[i];
+      last = i;
+      if (cum > target) return static_cast<int32_t>(i);
+    }
+  }
+  return static_cast<int32_t>(last);  // rounding left target == total: the last kept token
+}
+
+TokenLogprob make_logprob(const SampleRequest& r, int32_t token, Workspace& ws) {
+  const int64_t vocab = static_cast<int64_t>(r.logits.size());
+  if (ws.lsm.size() < static_cast<size_t>(vocab)) ws.lsm.resize(static_cast<size_t>(vocab));
+  log_softmax(r.logits, std::span<double>(ws.lsm.data(), static_cast<size_t>(vocab)));
+  const double* lp = ws.lsm.data();
+  TokenLogprob out;
+  out.token_id = token;
+  out.logprob = static_cast<float>(lp[token]);
+  const auto n = static_cast<size_t>(std::min<int64_t>(std::max(0, *r.params->logprobs), vocab));
+  if (n == 0) return out;
+  // Best n by (logprob descending, id ascending), kept sorted by insertion.
+  auto& top = out.top;
+  top.reserve(n + 1);
+  std::vector<int32_t> ids;
+  ids.reserve(n + 1);
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (ids.size() == n && !(lp[i] > lp[ids.back()])) continue;  // equal: the lower id is already in
+    size_t pos = ids.size();
+    while (pos > 0 && lp[i] > lp[ids[pos - 1]]) --pos;
+    ids.insert(ids.begin() + static_cast<std::ptrdiff_t>(pos), static_cast<int32_t>(i));
+    if (ids.size() > n) ids.pop_back();
+  }
+  for (int32_t id : ids) top.emplace_back(id, static_cast<float>(lp[id]));
+  return out;
+}
+
+SampleResult sample_row(const SampleRequest& r, Workspace& ws) {
+  process(r, ws);
+  SampleResult res;
+  const int32_t decided = filter(r, ws);
+  res.token = decided >= 0 ? decided : draw(r, ws.x.data(), static_cast<int64_t>(r.logits.size()));
+  if (r.params->logprobs) res.logprob = make_logprob(r, res.token, ws);
+  return res;
+}
+
+}  // namespace
+
+SampleResult Sampler::sample(const SampleRequest& r) {
+  if (ws_.empty()) ws_.push_back(std::make_unique<Workspace>());
+  return sample_row(r, *ws_[0]);
+}
+
+void Sampler::sample_batch(std::span<const SampleRequest> reqs, std::span<SampleResult> out,
+                           core::ThreadPool* pool) {
+  DI_CHECK(out.size() == reqs.size(), "sample_batch: results and requests differ in length");
+  const auto n = static_cast<int64_t>(reqs.size());
+  if (n == 0) return;
+  const int64_t parts = pool != nullptr ? std::min<int64_t>(pool->size(), n) : 1;
+  while (static_cast<int64_t>(ws_.size()) < parts) ws_.push_back(std::make_unique<Workspace>());
+  // Part q owns workspace q and rows [n*q/parts, n*(q+1)/parts); rows never share state.
+  auto run = [&](int64_t qb, int64_t qe) {
+    for (int64_t q = qb; q < qe; ++q) {
+      Workspace& ws = *ws_[static_cast<size_t>(q)];
+      for (int64_t i = n * q / parts; i < n * (q + 1) / parts; ++i)
+        out[static_cast<size_t>(i)] = sample_row(reqs[static_cast<size_t>(i)], ws);
+    }
+  };
+  if (parts == 1) {
+    run(0, 1);
+  } else {
+    pool->parallel_for(parts, run, 1);
+  }
+}
+
+void Sampler::processed_logits(const SampleRequest& r, std::span<float> out) {
+  DI_CHECK(out.size() == r.logits.size(), "processed_logits: output size differs from vocab");
+  if (ws_.empty()) ws_.push_back(std::make_unique<Workspace>());
+  Workspace& ws = *ws_[0];
+  process(r, ws);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(ws.x[i]);
+}
+
+void Sampler::distribution(const SampleRequest& r, std::span<double> out) {
+  DI_CHECK(out.size() == r.logits.size(), "distribution: output size differs from vocab");
+  if (ws_.empty()) ws_.push_back(std::make_unique<Workspace>());
+  Workspace& ws = *ws_[0];
+  process(r, ws);
+  const int32_t decided = filter(r, ws);
+  if (decided >= 0) {
+    std::fill(out.begin(), out.end(), 0.0);
+    out[static_cast<size_t>(decided)] = 1.0;
+    return;
+  }
+  double total = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) total += ws.x[i];
+  for (size_t i = 0; i < out.size(); ++i) out[i] = ws.x[i] / total;
+}
+
+void sample_batch(std::span<const SampleRequest> reqs, std::span<SampleResult> out, core::ThreadPool* pool) {
+  Sampler s;
+  s.sample_batch(reqs, out, pool);
+}
+
+void log_softmax(std::span<const float> logits, std::span<double> out) {
+  DI_CHECK(out.size() == logits.size(), "log_softmax: output size differs from input");
+  const size_t n = logits.size();
+  auto val = [&](size_t i) { return std::isnan(logits[i]) ? kNegInf : static_cast<double>(logits[i]); };
+  double m = kNegInf;
+  size_t n_pos_inf = 0;
+  for (size_t i = 0; i < n; ++i) {
+    m = std::max(m, val(i));
+    if (val(i) == kPosInf) ++n_pos_inf;
+  }
+  if (m == kNegInf) {
+    std::fill(out.begin(), out.end(), kNegInf);
+    return;
+  }
+  if (m == kPosInf) {
+    const double share = -std::log(static_cast<double>(n_pos_inf));
+    for (size_t i = 0; i < n; ++i) out[i] = val(i) == kPosInf ? share : kNegInf;
+    return;
+  }
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) sum += std::exp(val(i) - m);
+  const double lse = m + std::log(sum);
+  for (size_t i = 0; i < n; ++i) out[i] = val(i) - lse;
+}
+
+}  // namespace deepinfer::sample
