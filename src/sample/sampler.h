@@ -27,6 +27,9 @@
 // depends only on (logits, params, seed, step, stream, prompt_ids, output_ids, eos_ids):
 // bitwise identical alone or in any batch, with any number of threads. params must have
 // passed validate(); token ids must lie in [0, vocab) (checked: internal invariant).
+// Cost per row: O(vocab) passes (one exp per token when sampling, plus one for logprobs),
+// O(n_prompt + n_output) for penalties (sparse counts, no per-call vocab-sized allocation),
+// and top-k / top-p rank only as far as needed (nth_element, then sort of that prefix).
 // Threading: a Sampler owns reusable scratch (a few vocab-sized arrays per worker, allocated
 // once); one thread at a time calls it. sample_batch spreads rows over a core::ThreadPool.
 #pragma once
@@ -74,7 +77,8 @@ class Sampler {
 
   // One row, steps (0)-(5).
   SampleResult sample(const SampleRequest& r);
-  // out[i] = sample(reqs[i]); rows are split over `pool` (nullptr: this thread).
+  // reqs [n_rows], out [n_rows]: out[i] = sample(reqs[i]); rows are split over `pool`
+  // (nullptr: this thread), each worker with its own scratch.
   void sample_batch(std::span<const SampleRequest> reqs, std::span<SampleResult> out,
                     core::ThreadPool* pool = nullptr);
 
@@ -90,7 +94,8 @@ class Sampler {
   std::vector<std::unique_ptr<Workspace>> ws_;  // one per concurrent worker
 };
 
-// Convenience: a temporary Sampler (allocates its scratch; an engine should keep a Sampler).
+// Convenience: reqs [n_rows], out [n_rows], through a temporary Sampler (allocates its scratch;
+// an engine should keep a Sampler).
 void sample_batch(std::span<const SampleRequest> reqs, std::span<SampleResult> out,
                   core::ThreadPool* pool = nullptr);
 

@@ -5,6 +5,8 @@
 // instead of crashing. stdout/stderr are redirected to files in a per-test temp dir.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -264,3 +266,55 @@ TEST_F(Cli, TruncatedCheckpoint) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------
+// run-batch: 1,000 mixed lines, good and bad; one output line per input line, in order,
+// errors exactly for the bad ones.
+
+TEST_F(Cli, RunBatchThousandMixedRequests) {
+  const std::string model = std::string(DEEPINFER_TEST_DATA) + "/v41/full";
+  std::ofstream in(path("in.jsonl"));
+  std::vector<bool> bad;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = "\"custom_id\":\"r" + std::to_string(i) + "\"";
+    switch (i % 10) {
+      case 0: in << "{" << id << ",\"body\":{\"prompt\":\"Hello number " << i << "\",\"max_tokens\":3,\"temperature\":0}}"; bad.push_back(false); break;
+      case 1: in << "{" << id << ",\"body\":{\"prompt_token_ids\":[5," << (i % 900) + 3 << ",9],\"max_tokens\":2,\"seed\":" << i << "}}"; bad.push_back(false); break;
+      case 2: in << "{" << id << ",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"hi " << i << "\"}],\"max_tokens\":2}}"; bad.push_back(false); break;
+      case 3: in << "{" << id << ",\"body\":{\"prompt\":\"broken\",\"max_tokens\":2"; bad.push_back(true); break;  // malformed JSON
+      case 4: in << "{" << id << ",\"body\":{\"prompt\":\"x\",\"max_tokns\":2}}"; bad.push_back(true); break;  // unknown field
+      case 5: in << "{" << id << ",\"body\":{\"prompt\":\"x\",\"max_tokens\":\"ten\"}}"; bad.push_back(true); break;  // wrong type
+      case 6: in << "{" << id << ",\"body\":{\"prompt\":\"x\",\"temperature\":-0.5}}"; bad.push_back(true); break;
+      case 7: in << "{" << id << ",\"body\":{\"prompt_token_ids\":[5,1024],\"max_tokens\":2}}"; bad.push_back(true); break;  // OOV
+      case 8: in << "{" << id << ",\"body\":{\"prompt\":\"two please\",\"n\":2,\"max_tokens\":2,\"temperature\":1,\"top_k\":5}}"; bad.push_back(false); break;
+      default: in << "{" << id << "}"; bad.push_back(true); break;  // no body
+    }
+    in << "\n";
+  }
+  in.close();
+  const Outcome r = run("run-batch --model " + quote(model) + " --input " + quote(path("in.jsonl")) + " --output " +
+                        quote(path("out.jsonl")) + " --metrics " + quote(path("m.json")));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream out(path("out.jsonl"));
+  int line = 0;
+  for (std::string s; std::getline(out, s); ++line) {
+    ASSERT_LT(line, 1000);
+    auto j = nlohmann::json::parse(s);
+    std::string expect_id = line % 10 == 3 ? std::string("line ") : std::string("r");
+    expect_id += std::to_string(line % 10 == 3 ? line + 1 : line);
+    EXPECT_EQ(j["custom_id"], expect_id) << s;
+    if (bad[static_cast<size_t>(line)]) {
+      EXPECT_TRUE(j.contains("error")) << s;
+      EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+    } else {
+      ASSERT_TRUE(j.contains("response")) << s;
+      EXPECT_EQ(j["response"]["choices"].size(), line % 10 == 8 ? 2u : 1u);
+      EXPECT_GT(j["response"]["usage"]["completion_tokens"].get<int>(), 0);
+    }
+  }
+  EXPECT_EQ(line, 1000);
+  auto m = nlohmann::json::parse(slurp(path("m.json")));
+  EXPECT_EQ(m["requests"], 1000);
+  EXPECT_EQ(m["errors"], 600);  // kinds 3, 4, 5, 6, 7 and 9
+  EXPECT_THAT(r.err, HasSubstr("TTFT p50"));
+}

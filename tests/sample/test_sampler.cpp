@@ -358,8 +358,8 @@ TEST(SamplerDeterminism, BatchEqualsEachRowAloneWithAnyThreads) {
     p.frequency_penalty = r % 5 == 4 ? 0.3f : 0.0f;
     p.min_tokens = r % 8 == 0 ? 4 : 0;
     if (r % 3 == 2) p.logprobs = r % 6;
-    for (int i = 0; i < 20 + r; ++i) prompts[static_cast<size_t>(r)].push_back((i * 131 + r) % kVocab);
-    for (int i = 0; i < r % 11; ++i) outs[static_cast<size_t>(r)].push_back((i * 17 + 3 * r) % kVocab);
+    for (int i = 0; i < 20 + r; ++i) prompts[static_cast<size_t>(r)].push_back(static_cast<int32_t>((i * 131 + r) % kVocab));
+    for (int i = 0; i < r % 11; ++i) outs[static_cast<size_t>(r)].push_back(static_cast<int32_t>((i * 17 + 3 * r) % kVocab));
   }
   std::vector<SampleRequest> reqs(kRows);
   for (int r = 0; r < kRows; ++r) {
