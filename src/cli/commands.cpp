@@ -15,6 +15,9 @@
 #include "loader/checkpoint.h"
 #include "model/deepseek_v41.h"
 #include "model/load.h"
+#include "model/quantize.h"
+#include "loader/safetensors.h"
+#include <nlohmann/json.hpp>
 #include "tokenizer/tokenizer.h"
 #include "model/info.h"
 
@@ -124,6 +127,52 @@ int cmd_info(const std::vector<std::string>& args) {
     if (!f.count("model")) throw Error("deepinfer info: --model DIR is required");
     loader::ModelConfig cfg = loader::load_config((std::filesystem::path(f["model"]) / "config.json").string());
     std::printf("%s", model::describe(cfg).c_str());
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+    return 2;
+  }
+}
+
+int cmd_quantize(const std::vector<std::string>& args) {
+  try {
+    auto f = parse_flags(args, {"model", "out"}, "quantize");
+    if (f.count("help")) {
+      std::printf("deepinfer quantize --model IN --out OUT\n"
+                  "  Writes IN's weights in the release format: FP8 e4m3 with ue8m0 32x32 block scales for the\n"
+                  "  attention projections, indexer wq_b, shared experts and Engram wkv; MXFP4 routed experts;\n"
+                  "  FP8 Engram rows; BF16 embedding and head; release tensor names; a composite config.json\n"
+                  "  with quantization_config. Tokenizer files are copied.\n");
+      return 0;
+    }
+    if (!f.count("model")) throw Error("deepinfer quantize: --model IN is required");
+    if (!f.count("out")) throw Error("deepinfer quantize: --out OUT is required");
+    namespace fs = std::filesystem;
+    auto ck = loader::Checkpoint::open(f["model"]);
+    model::Weights w = model::load_weights(*ck);
+    model::quantize_release(ck->config(), w);
+    auto tensors = model::export_tensors(ck->config(), w);
+    fs::create_directories(f["out"]);
+    loader::write_safetensors((fs::path(f["out"]) / "model.safetensors").string(), tensors);
+    // config.json: composite, with the release's quantization_config.
+    std::ifstream in((fs::path(f["model"]) / "config.json").string());
+    nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(in);
+    nlohmann::ordered_json text = cfg.contains("text_config") ? cfg["text_config"] : cfg;
+    nlohmann::ordered_json out = cfg.contains("text_config") ? cfg : nlohmann::ordered_json::object();
+    if (!cfg.contains("text_config")) {
+      out["architectures"] = {"DeepseekV41ForCausalLM"};
+      out["model_type"] = "deepseek_v41";
+      out["text_config"] = text;
+    }
+    out["quantization_config"] = {{"quant_method", "fp8"}, {"scale_fmt", "ue8m0"}, {"weight_block_size", {32, 32}},
+                                  {"activation_scheme", "dynamic"}, {"expert_dtype", "fp4"}};
+    std::ofstream((fs::path(f["out"]) / "config.json").string()) << out.dump(2) << "\n";
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+      if (fs::exists(fs::path(f["model"]) / name))
+        fs::copy_file(fs::path(f["model"]) / name, fs::path(f["out"]) / name, fs::copy_options::overwrite_existing);
+    int64_t bytes = 0;
+    for (const auto& t : tensors) bytes += static_cast<int64_t>(t.bytes.size());
+    std::printf("wrote %s: %zu tensors, %.2f MB\n", f["out"].c_str(), tensors.size(), static_cast<double>(bytes) / 1e6);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "deepinfer: error: %s\n", e.what());

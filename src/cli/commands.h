@@ -11,6 +11,7 @@ int cmd_logits(const std::vector<std::string>& args);
 int cmd_info(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
 int cmd_detokenize(const std::vector<std::string>& args);
+int cmd_quantize(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_chat(const std::vector<std::string>& args);
 int cmd_run_batch(const std::vector<std::string>& args);

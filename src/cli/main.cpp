@@ -17,6 +17,7 @@ void usage() {
                "  logits  --model DIR --tokens IDS.npy [--chunks 13,9,1] [--out LOGITS.npy] [--top K]\n"
                "          [--load-format auto|random] [--seed N] [--threads N]\n"
                "  info    --model DIR\n"
+               "  quantize --model IN --out OUT   (float/bf16 checkpoint -> release FP8/MXFP4 format)\n"
                "  tokenize   --model DIR (--text TEXT | --file F) [--add-special-tokens true|false]\n"
                "  detokenize --model DIR --ids 1,2,3 [--skip-special-tokens true|false]\n"
                "run 'deepinfer <command> --help' for details\n");
@@ -35,6 +36,7 @@ static int run(int argc, char** argv) {
   if (cmd == "tokenize") return deepinfer::cli::cmd_tokenize(args);
   if (cmd == "detokenize") return deepinfer::cli::cmd_detokenize(args);
   if (cmd == "generate") return deepinfer::cli::cmd_generate(args);
+  if (cmd == "quantize") return deepinfer::cli::cmd_quantize(args);
   if (cmd == "chat") return deepinfer::cli::cmd_chat(args);
   if (cmd == "run-batch") return deepinfer::cli::cmd_run_batch(args);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {

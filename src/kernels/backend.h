@@ -16,14 +16,40 @@
 
 namespace deepinfer::kernels {
 
-// y = x · wᵀ
+// How a weight matrix [rows, cols] is stored. Every format dequantises exactly to float32.
+enum class WeightFormat : uint8_t {
+  kF32,         // float [rows, cols]
+  kBF16,        // bf16 [rows, cols]
+  kFP8Block32,  // e4m3 [rows, cols] + ue8m0 scale [ceil(rows/32), ceil(cols/32)] (32x32 blocks)
+  kFP8Row32,    // e4m3 [rows, cols] + ue8m0 scale [rows, ceil(cols/32)] (32 channels of a row)
+  kMXFP4,       // e2m1 pairs [rows, ceil(cols/2)] (low nibble = even column) + ue8m0 scale [rows, ceil(cols/32)]
+};
+
+// A weight matrix in its stored format (usually mapped from the checkpoint file).
+struct WeightView {
+  WeightFormat format = WeightFormat::kF32;
+  const void* data = nullptr;
+  const uint8_t* scale = nullptr;
+  int64_t rows = 0, cols = 0;
+  static WeightView f32(const float* p, int64_t rows, int64_t cols) { return {WeightFormat::kF32, p, nullptr, rows, cols}; }
+  const float* f32() const { return format == WeightFormat::kF32 ? static_cast<const float*>(data) : nullptr; }
+  explicit operator bool() const { return data != nullptr; }
+};
+
+// Row `row` of w as float32, exactly (out: [w.cols]).
+void dequant_row(const WeightView& w, int64_t row, float* out);
+// Bytes the stored format takes (values and scales).
+int64_t weight_bytes(const WeightView& w);
+
+// y = x · wᵀ over weight rows [w_row0, w_row0 + n)
 struct MatmulArgs {
   const float* x = nullptr;  // [m, k] fp32
-  const float* w = nullptr;  // [n, k] fp32 (stored weight layout [out, in])
+  WeightView w;              // [>= w_row0 + n, k] any format (stored weight layout [out, in])
   float* y = nullptr;        // [m, n] fp32
   int64_t m = 0, n = 0, k = 0;
   int64_t ldx = 0;           // row stride of x (0: k)
   int64_t ldy = 0;           // row stride of y (0: n)
+  int64_t w_row0 = 0;        // first weight row used
 };
 
 // y = w ⊙ x / sqrt(mean(x²) + eps), per row; w may be null (unweighted). In place allowed.

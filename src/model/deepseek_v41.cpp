@@ -66,16 +66,9 @@ void DeepseekV41::engram(int64_t l, const int64_t* hash_ids, Scratch& s, float* 
   for (int64_t i = 0; i < n; ++i)
     for (int64_t k = 0; k < cols; ++k) {
       const int64_t row = hash_ids[(i * L + static_cast<int64_t>(j)) * cols + k];
-      DI_CHECK(row >= 0 && row < e.rows, "engram hash id out of the table");
-      float* dst = &rows[static_cast<size_t>((i * cols + k) * hd)];
-      if (e.table_fp8) {
-        // FP8 row: e4m3 value times its block's power-of-two scale (exact in float).
-        const uint8_t* q = e.table_fp8 + row * hd;
-        const uint8_t* sc = e.table_scale + row * (hd / 32);
-        for (int64_t d = 0; d < hd; ++d) dst[d] = core::e4m3_to_f32(q[d]) * core::e8m0_to_f32(sc[d / 32]);
-      } else {
-        std::memcpy(dst, e.table.p + row * hd, static_cast<size_t>(hd) * sizeof(float));
-      }
+      DI_CHECK(row >= 0 && row < e.table.rows, "engram hash id out of the table");
+      // Float rows, or FP8 rows times their power-of-two scales (exact in float).
+      kernels::dequant_row(e.table, row, &rows[static_cast<size_t>((i * cols + k) * hd)]);
     }
   std::vector<float> kv(static_cast<size_t>(n * (hc + 1) * D));
   linear(rows.data(), n, e.wkv, kv.data());
@@ -84,7 +77,7 @@ void DeepseekV41::engram(int64_t l, const int64_t* hash_ids, Scratch& s, float* 
 }
 
 void DeepseekV41::linear(const float* x, int64_t rows, const Mat& w, float* y) {
-  be_.matmul({.x = x, .w = w.p, .y = y, .m = rows, .n = w.rows, .k = w.cols});
+  be_.matmul({.x = x, .w = w, .y = y, .m = rows, .n = w.rows, .k = w.cols});
 }
 
 void DeepseekV41::rms(const float* x, const float* w, float* y, int64_t rows, int64_t dim) {
@@ -157,10 +150,11 @@ void DeepseekV41::forward(std::span<SeqChunk> batch) {
 
   // Streams: the embedding copied into every hc stream. [rows, hc, D]
   std::vector<float> X(static_cast<size_t>(total * hc * D));
-  for (int64_t i = 0; i < total; ++i)
-    for (int64_t k = 0; k < hc; ++k)
-      std::memcpy(&X[static_cast<size_t>((i * hc + k) * D)], w_.embed.p + *tok_rows[static_cast<size_t>(i)] * D,
-                  static_cast<size_t>(D) * sizeof(float));
+  for (int64_t i = 0; i < total; ++i) {
+    float* x0 = &X[static_cast<size_t>(i * hc * D)];
+    kernels::dequant_row(w_.embed, *tok_rows[static_cast<size_t>(i)], x0);
+    for (int64_t k = 1; k < hc; ++k) std::memcpy(x0 + k * D, x0, static_cast<size_t>(D) * sizeof(float));
+  }
   // Previous site's pre mix: one-hot on stream 0. [rows, hc]
   std::vector<float> pre(static_cast<size_t>(total * hc), 0.0f);
   for (int64_t i = 0; i < total; ++i) pre[static_cast<size_t>(i * hc)] = 1.0f;
@@ -191,7 +185,7 @@ void DeepseekV41::forward(std::span<SeqChunk> batch) {
     if (n == 0) continue;
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
     if (L.has_engram) engram(l, hash_ids.data(), s, X.data());
-    be_.hc_mixes({.x = X.data(), .fn = L.hc_attn_fn.p, .scale = L.hc_attn_scale, .base = L.hc_attn_base,
+    be_.hc_mixes({.x = X.data(), .fn = L.hc_attn_fn.f32(), .scale = L.hc_attn_scale, .base = L.hc_attn_base,
                   .pre = a_pre.data(), .post = a_post.data(), .comb = a_comb.data(), .rows = n, .hc = hc, .dim = D,
                   .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});
     be_.hc_collapse({.x = X.data(), .pre = pre.data(), .y = xc.data(), .rows = n, .hc = hc, .dim = D});
@@ -201,7 +195,7 @@ void DeepseekV41::forward(std::span<SeqChunk> batch) {
 
     // The FFN site: its own mixes for the streams after attention; the collapse uses the
     // attention site's pre (computed before attention).
-    be_.hc_mixes({.x = X.data(), .fn = L.hc_ffn_fn.p, .scale = L.hc_ffn_scale, .base = L.hc_ffn_base,
+    be_.hc_mixes({.x = X.data(), .fn = L.hc_ffn_fn.f32(), .scale = L.hc_ffn_scale, .base = L.hc_ffn_base,
                   .pre = pre.data(), .post = f_post.data(), .comb = f_comb.data(), .rows = n, .hc = hc, .dim = D,
                   .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});
     be_.hc_collapse({.x = X.data(), .pre = a_pre.data(), .y = xc.data(), .rows = n, .hc = hc, .dim = D});
@@ -394,9 +388,9 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
   const int64_t G = c.o_groups, gw = H * hd / G, olr = c.o_lora_rank;
   std::vector<float> z(static_cast<size_t>(n * G * olr));
   for (int64_t g = 0; g < G; ++g)
-    be_.matmul({.x = o.data() + g * gw, .w = A.wo_a.p + g * olr * gw, .y = z.data() + g * olr, .m = n, .n = olr, .k = gw,
-                .ldx = H * hd, .ldy = G * olr});
-  be_.matmul({.x = z.data(), .w = A.wo_b.p, .y = y, .m = n, .n = D, .k = G * olr});
+    be_.matmul({.x = o.data() + g * gw, .w = A.wo_a, .y = z.data() + g * olr, .m = n, .n = olr, .k = gw,
+                .ldx = H * hd, .ldy = G * olr, .w_row0 = g * olr});
+  be_.matmul({.x = z.data(), .w = A.wo_b, .y = y, .m = n, .n = D, .k = G * olr});
 }
 
 void DeepseekV41::compressor(int64_t l, const float* kv, const float* gate, int64_t n, SourceState& src,

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/quantize.h"
 
 namespace deepinfer::model {
 
@@ -16,23 +17,23 @@ namespace {
 
 // Walks every tensor of the text model in a fixed order, calling `mat` for matrices and
 // `vec` for vectors with the canonical name, the expected shape and the destination.
+// `need_f32` marks matrices the forward reads as plain float arrays (mHC projections,
+// Engram q/k weights): any stored format is widened for them.
 struct Visitor {
-  std::function<void(const std::string&, int64_t, int64_t, Mat*)> mat;
+  std::function<void(const std::string&, int64_t, int64_t, Mat*, bool need_f32)> mat;
   std::function<void(const std::string&, int64_t, const float**, int kind)> vec;  // kind: 0 norm, 1 zero-ish, 2 scale
-  // Engram table (float, or FP8 rows with e8m0 scales kept as stored); null: use `mat`.
-  std::function<void(const std::string& prefix, int64_t rows, int64_t dim, EngramWeights*)> engram_table;
-  // A 2-D tensor read as a flat array (norm-like values).
+  // A 2-D tensor read as a flat float array.
   void vec2(const std::string& name, int64_t r, int64_t cols, const float** out) const {
-    Mat m{*out, r, cols};  // carries the current pointer for visitors that read
-    mat(name, r, cols, &m);
-    *out = m.p;
+    Mat m = Mat::f32(*out, r, cols);  // carries the current pointer for visitors that read
+    mat(name, r, cols, &m, true);
+    *out = m.f32();
   }
 };
 
 void visit(const ModelConfig& c, Weights& w, const Visitor& v) {
   const int64_t D = c.hidden_size, H = c.num_attention_heads, hd = c.head_dim, hc = c.hc_mult;
   const int64_t mix = (2 + hc) * hc;
-  v.mat("embed.weight", c.vocab_size, D, &w.embed);
+  v.mat("embed.weight", c.vocab_size, D, &w.embed, false);
   w.layers.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     LayerWeights& L = w.layers[static_cast<size_t>(i)];
@@ -44,62 +45,60 @@ void visit(const ModelConfig& c, Weights& w, const Visitor& v) {
                                            c.engram_layer_ids.begin());
       const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
       L.has_engram = true;
-      L.engram.rows = c.engram_num_embeddings[j];
-      if (v.engram_table) v.engram_table(p + "engram.embed.", c.engram_num_embeddings[j], c.engram_head_dim, &L.engram);
-      else v.mat(p + "engram.embed.weight", c.engram_num_embeddings[j], c.engram_head_dim, &L.engram.table);
-      v.mat(p + "engram.wkv.weight", D * (hc + 1), cols * c.engram_head_dim, &L.engram.wkv);
+      v.mat(p + "engram.embed.weight", c.engram_num_embeddings[j], c.engram_head_dim, &L.engram.table, false);
+      v.mat(p + "engram.wkv.weight", D * (hc + 1), cols * c.engram_head_dim, &L.engram.wkv, false);
       v.vec2(p + "engram.q_weight", hc, D, &L.engram.q_weight);
       v.vec2(p + "engram.k_weight", hc, D, &L.engram.k_weight);
     }
-    v.mat(p + "hc_attn_fn", mix, hc * D, &L.hc_attn_fn);
+    v.mat(p + "hc_attn_fn", mix, hc * D, &L.hc_attn_fn, true);
     v.vec(p + "hc_attn_base", mix, &L.hc_attn_base, 1);
     v.vec(p + "hc_attn_scale", 3, &L.hc_attn_scale, 2);
-    v.mat(p + "hc_ffn_fn", mix, hc * D, &L.hc_ffn_fn);
+    v.mat(p + "hc_ffn_fn", mix, hc * D, &L.hc_ffn_fn, true);
     v.vec(p + "hc_ffn_base", mix, &L.hc_ffn_base, 1);
     v.vec(p + "hc_ffn_scale", 3, &L.hc_ffn_scale, 2);
     AttentionWeights& A = L.attn;
     const std::string a = p + "attn.";
-    v.mat(a + "wq_a.weight", c.q_lora_rank, D, &A.wq_a);
+    v.mat(a + "wq_a.weight", c.q_lora_rank, D, &A.wq_a, false);
     v.vec(a + "q_norm.weight", c.q_lora_rank, &A.q_norm, 0);
-    v.mat(a + "wq_b.weight", H * hd, c.q_lora_rank, &A.wq_b);
-    v.mat(a + "wkv.weight", hd, D, &A.wkv);
+    v.mat(a + "wq_b.weight", H * hd, c.q_lora_rank, &A.wq_b, false);
+    v.mat(a + "wkv.weight", hd, D, &A.wkv, false);
     v.vec(a + "kv_norm.weight", hd, &A.kv_norm, 0);
-    v.mat(a + "wo_a.weight", c.o_groups * c.o_lora_rank, H * hd / c.o_groups, &A.wo_a);
-    v.mat(a + "wo_b.weight", D, c.o_groups * c.o_lora_rank, &A.wo_b);
+    v.mat(a + "wo_a.weight", c.o_groups * c.o_lora_rank, H * hd / c.o_groups, &A.wo_a, false);
+    v.mat(a + "wo_b.weight", D, c.o_groups * c.o_lora_rank, &A.wo_b, false);
     v.vec(a + "attn_sink", H, &A.attn_sink, 1);
     if (c.is_kv_source(i)) {
-      v.mat(a + "compressor.wkv.weight", hd, D, &A.c_wkv);
-      if (c.ratio(i) > 1) v.mat(a + "compressor.wgate.weight", hd, D, &A.c_wgate);
+      v.mat(a + "compressor.wkv.weight", hd, D, &A.c_wkv, false);
+      if (c.ratio(i) > 1) v.mat(a + "compressor.wgate.weight", hd, D, &A.c_wgate, false);
       v.vec(a + "compressor.norm.weight", hd, &A.c_norm, 0);
     }
     if (c.is_index_source(i)) {
-      v.mat(a + "indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank, &A.i_wq_b);
-      v.mat(a + "indexer.weights_proj.weight", c.index_n_heads, D, &A.i_weights_proj);
+      v.mat(a + "indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank, &A.i_wq_b, false);
+      v.mat(a + "indexer.weights_proj.weight", c.index_n_heads, D, &A.i_weights_proj, false);
       if (c.is_kv_source(i)) {
-        v.mat(a + "indexer.wk.weight", c.index_head_dim, hd, &A.i_wk);
+        v.mat(a + "indexer.wk.weight", c.index_head_dim, hd, &A.i_wk, false);
         v.vec(a + "indexer.k_norm.weight", c.index_head_dim, &A.i_k_norm, 0);
       }
     }
     MoeWeights& F = L.ffn;
     const std::string f = p + "ffn.";
     const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
-    v.mat(f + "gate.weight", E, D, &F.gate);
+    v.mat(f + "gate.weight", E, D, &F.gate, false);
     v.vec(f + "gate.bias", E, &F.bias, 1);
     F.w1.resize(static_cast<size_t>(E));
     F.w2.resize(static_cast<size_t>(E));
     F.w3.resize(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) {
       const std::string x = f + "experts." + std::to_string(e) + ".";
-      v.mat(x + "w1.weight", I, D, &F.w1[e]);
-      v.mat(x + "w2.weight", D, I, &F.w2[e]);
-      v.mat(x + "w3.weight", I, D, &F.w3[e]);
+      v.mat(x + "w1.weight", I, D, &F.w1[e], false);
+      v.mat(x + "w2.weight", D, I, &F.w2[e], false);
+      v.mat(x + "w3.weight", I, D, &F.w3[e], false);
     }
-    v.mat(f + "shared_experts.w1.weight", I, D, &F.s_w1);
-    v.mat(f + "shared_experts.w2.weight", D, I, &F.s_w2);
-    v.mat(f + "shared_experts.w3.weight", I, D, &F.s_w3);
+    v.mat(f + "shared_experts.w1.weight", I, D, &F.s_w1, false);
+    v.mat(f + "shared_experts.w2.weight", D, I, &F.s_w2, false);
+    v.mat(f + "shared_experts.w3.weight", I, D, &F.s_w3, false);
   }
   v.vec("norm.weight", D, &w.norm, 0);
-  v.mat("head.weight", c.vocab_size, D, &w.head);
+  v.mat("head.weight", c.vocab_size, D, &w.head, false);
 }
 
 float* own(Weights& w, int64_t n) {
@@ -108,69 +107,166 @@ float* own(Weights& w, int64_t n) {
   return w.owned.back().get();
 }
 
-const float* fetch(const loader::Checkpoint& ck, Weights& w, const std::string& name, const std::vector<int64_t>& shape) {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A float copy of any stored matrix (small tensors the forward reads as float arrays).
+const float* widen(Weights& w, const Mat& m) {
+  if (m.format == kernels::WeightFormat::kF32) return m.f32();
+  float* out = own(w, m.rows * m.cols);
+  for (int64_t r = 0; r < m.rows; ++r) kernels::dequant_row(m, r, out + r * m.cols);
+  return out;
+}
+
+std::string dtype_str(const loader::TensorInfo& t) { return std::string(core::dtype_name(t.dtype)) + " " + t.shape_str(); }
+
+// The `.scale` companion of an FP8/MXFP4 tensor, checked for dtype and shape.
+const uint8_t* fetch_scale(const loader::Checkpoint& ck, const loader::TensorInfo& t, const std::string& name,
+                           const std::vector<int64_t>& shape) {
+  const std::string sname = name.substr(0, name.size() - std::string("weight").size()) + "scale";
+  const loader::TensorInfo* sc = ck.find(sname);
+  if (!sc)
+    throw Error(ck.dir() + ": tensor '" + t.name + "' is " + std::string(core::dtype_name(t.dtype)) +
+                " but its scale tensor '" + sname + "' is missing (expected F8_E8M0 " + loader::shape_str(shape) + ")");
+  if (sc->dtype != core::DType::F8_E8M0 || sc->shape != shape)
+    throw Error(sc->file + ": scale tensor '" + sc->name + "' is " + dtype_str(*sc) + ", expected F8_E8M0 " +
+                loader::shape_str(shape));
+  return sc->data;
+}
+
+// One matrix in its stored format (or widened to float when need_f32).
+Mat fetch_mat(const loader::Checkpoint& ck, Weights& w, const std::string& name, int64_t rows, int64_t cols, bool need_f32) {
   const loader::TensorInfo* t = ck.find(name);
+  const std::vector<int64_t> shape = {rows, cols};
   if (!t) throw Error(ck.dir() + ": missing tensor '" + name + "' (expected shape " + loader::shape_str(shape) + ")");
-  if (t->shape != shape)
-    throw Error(t->file + ": tensor '" + t->name + "' has shape " + t->shape_str() + ", expected " + loader::shape_str(shape));
-  const int64_t n = t->numel();
+  Mat m;
+  m.rows = rows;
+  m.cols = cols;
+  m.data = t->data;
   switch (t->dtype) {
-    case core::DType::F32: {
-      if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) return reinterpret_cast<const float*>(t->data);
-      float* out = own(w, n);
-      std::memcpy(out, t->data, static_cast<size_t>(n) * 4);
-      return out;
-    }
+    case core::DType::F32:
     case core::DType::BF16:
-    case core::DType::F16: {
-      float (*widen)(uint16_t) = t->dtype == core::DType::BF16 ? core::bf16_to_f32 : core::f16_to_f32;
-      float* out = own(w, n);
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t b;
-        std::memcpy(&b, t->data + 2 * i, 2);
-        out[i] = widen(b);
-      }
-      return out;
+    case core::DType::F16:
+    case core::DType::F8_E4M3:
+      if (t->shape != shape)
+        throw Error(t->file + ": tensor '" + t->name + "' has shape " + t->shape_str() + ", expected " + loader::shape_str(shape));
+      break;
+    case core::DType::I8:
+    case core::DType::U8: {
+      const std::vector<int64_t> packed = {rows, ceil_div(cols, 2)};
+      if (t->shape != packed)
+        throw Error(t->file + ": tensor '" + t->name + "' is MXFP4 (" + dtype_str(*t) + ") but a [" + std::to_string(rows) +
+                    ", " + std::to_string(cols) + "] weight packs to " + loader::shape_str(packed));
+      break;
     }
     default:
       throw Error(t->file + ": tensor '" + t->name + "' has dtype " + std::string(core::dtype_name(t->dtype)) +
-                  ", expected F32, BF16 or F16 (FP8/FP4 release weights are not supported yet)");
+                  ", expected F32, BF16, F16, F8_E4M3 (+scale) or MXFP4 as I8/U8 (+scale)");
   }
+  switch (t->dtype) {
+    case core::DType::F32:
+      m.format = kernels::WeightFormat::kF32;
+      if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0) {
+        float* out = own(w, rows * cols);
+        std::memcpy(out, t->data, static_cast<size_t>(rows * cols) * 4);
+        m.data = out;
+      }
+      break;
+    case core::DType::BF16:
+      m.format = kernels::WeightFormat::kBF16;
+      if (reinterpret_cast<uintptr_t>(t->data) % 2 != 0) need_f32 = true;  // unaligned: widen
+      break;
+    case core::DType::F16: {
+      float* out = own(w, rows * cols);
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        uint16_t b;
+        std::memcpy(&b, t->data + 2 * i, 2);
+        out[i] = core::f16_to_f32(b);
+      }
+      m = Mat::f32(out, rows, cols);
+      break;
+    }
+    case core::DType::F8_E4M3: {
+      // 32x32 blocks for dense weights; per-row blocks of 32 for Engram tables.
+      const std::vector<int64_t> block = {ceil_div(rows, 32), ceil_div(cols, 32)}, row = {rows, ceil_div(cols, 32)};
+      const std::string sname = name.substr(0, name.size() - 6) + "scale";
+      const loader::TensorInfo* sc = ck.find(sname);
+      const bool per_row = sc && sc->shape == row && row != block;
+      m.format = per_row ? kernels::WeightFormat::kFP8Row32 : kernels::WeightFormat::kFP8Block32;
+      m.scale = fetch_scale(ck, *t, name, per_row ? row : block);
+      break;
+    }
+    default:  // MXFP4
+      m.format = kernels::WeightFormat::kMXFP4;
+      m.scale = fetch_scale(ck, *t, name, {rows, ceil_div(cols, 32)});
+      break;
+  }
+  if (need_f32 && m.format != kernels::WeightFormat::kF32) {
+    Mat tmp = m;
+    if (tmp.format == kernels::WeightFormat::kBF16 && reinterpret_cast<uintptr_t>(t->data) % 2 != 0) {
+      // Unaligned bf16: copy the bytes first.
+      auto* bytes = new uint8_t[static_cast<size_t>(rows * cols * 2)];
+      std::memcpy(bytes, t->data, static_cast<size_t>(rows * cols * 2));
+      w.owned_bytes.emplace_back(bytes);
+      tmp.data = bytes;
+    }
+    m = Mat::f32(widen(w, tmp), rows, cols);
+  }
+  return m;
+}
+
+const float* fetch_vec(const loader::Checkpoint& ck, Weights& w, const std::string& name, int64_t n) {
+  const loader::TensorInfo* t = ck.find(name);
+  if (!t) throw Error(ck.dir() + ": missing tensor '" + name + "' (expected shape [" + std::to_string(n) + "])");
+  if (t->dtype != core::DType::F32 && t->dtype != core::DType::BF16 && t->dtype != core::DType::F16)
+    throw Error(t->file + ": tensor '" + t->name + "' has dtype " + std::string(core::dtype_name(t->dtype)) +
+                ", expected F32, BF16 or F16 for a vector");
+  if (t->shape != std::vector<int64_t>{n})
+    throw Error(t->file + ": tensor '" + t->name + "' has shape " + t->shape_str() + ", expected [" + std::to_string(n) + "]");
+  if (t->dtype == core::DType::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0)
+    return reinterpret_cast<const float*>(t->data);
+  float* out = own(w, n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (t->dtype == core::DType::F32) {
+      std::memcpy(&out[i], t->data + 4 * i, 4);
+    } else {
+      uint16_t b;
+      std::memcpy(&b, t->data + 2 * i, 2);
+      out[i] = t->dtype == core::DType::BF16 ? core::bf16_to_f32(b) : core::f16_to_f32(b);
+    }
+  }
+  return out;
 }
 
 }  // namespace
+
+int64_t Weights::stored_bytes() const {
+  int64_t b = 0;
+  auto add = [&](const Mat& m) {
+    if (m) b += kernels::weight_bytes(m);
+  };
+  add(embed);
+  add(head);
+  for (const auto& L : layers) {
+    add(L.hc_attn_fn);
+    add(L.hc_ffn_fn);
+    for (const Mat* m : {&L.attn.wq_a, &L.attn.wq_b, &L.attn.wkv, &L.attn.wo_a, &L.attn.wo_b, &L.attn.c_wkv, &L.attn.c_wgate,
+                         &L.attn.i_wq_b, &L.attn.i_weights_proj, &L.attn.i_wk, &L.ffn.gate, &L.ffn.s_w1, &L.ffn.s_w2,
+                         &L.ffn.s_w3, &L.engram.table, &L.engram.wkv})
+      add(*m);
+    for (const auto* v : {&L.ffn.w1, &L.ffn.w2, &L.ffn.w3})
+      for (const Mat& m : *v) add(m);
+  }
+  return b;
+}
 
 Weights load_weights(const loader::Checkpoint& ck) {
   const ModelConfig& c = ck.config();
   Weights w;
   Visitor v;
-  v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat* m) {
-    m->p = fetch(ck, w, name, {r, cols});
-    m->rows = r;
-    m->cols = cols;
+  v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat* m, bool need_f32) {
+    *m = fetch_mat(ck, w, name, r, cols, need_f32);
   };
-  v.vec = [&](const std::string& name, int64_t n, const float** out, int) { *out = fetch(ck, w, name, {n}); };
-  v.engram_table = [&](const std::string& prefix, int64_t rows, int64_t dim, EngramWeights* e) {
-    const loader::TensorInfo* t = ck.find(prefix + "weight");
-    if (t && t->dtype == core::DType::F8_E4M3) {
-      if (t->shape != std::vector<int64_t>{rows, dim})
-        throw Error(t->file + ": tensor '" + t->name + "' has shape " + t->shape_str() + ", expected " +
-                    loader::shape_str({rows, dim}));
-      if (dim % 32 != 0) throw Error(t->file + ": tensor '" + t->name + "': FP8 rows need engram_head_dim divisible by 32");
-      const loader::TensorInfo* sc = ck.find(prefix + "scale");
-      const std::vector<int64_t> sshape = {rows, dim / 32};
-      if (!sc) throw Error(ck.dir() + ": missing tensor '" + prefix + "scale' (expected shape " + loader::shape_str(sshape) + ")");
-      if (sc->shape != sshape || sc->dtype != core::DType::F8_E8M0)
-        throw Error(sc->file + ": tensor '" + sc->name + "' is " + std::string(core::dtype_name(sc->dtype)) + " " +
-                    sc->shape_str() + ", expected F8_E8M0 " + loader::shape_str(sshape));
-      e->table_fp8 = t->data;
-      e->table_scale = sc->data;
-      return;
-    }
-    e->table.p = fetch(ck, w, prefix + "weight", {rows, dim});
-    e->table.rows = rows;
-    e->table.cols = dim;
-  };
+  v.vec = [&](const std::string& name, int64_t n, const float** out, int) { *out = fetch_vec(ck, w, name, n); };
   visit(c, w, v);
   return w;
 }
@@ -179,13 +275,13 @@ Weights random_weights(const ModelConfig& c, uint64_t seed) {
   Weights w;
   uint64_t tensor_id = 0;
   Visitor v;
-  v.mat = [&](const std::string&, int64_t r, int64_t cols, Mat* m) {
+  v.mat = [&](const std::string&, int64_t r, int64_t cols, Mat* m, bool) {
     const uint64_t tid = ++tensor_id;
     float* p = own(w, r * cols);
     // std 1/sqrt(in) keeps activations O(1) through the random network.
     const float std = 1.0f / std::sqrt(static_cast<float>(cols));
     for (int64_t i = 0; i < r * cols; ++i) p[i] = std * core::normal01(seed ^ (tid * 0x9E3779B97F4A7C15ull), static_cast<uint64_t>(i));
-    *m = Mat{p, r, cols};
+    *m = Mat::f32(p, r, cols);
   };
   v.vec = [&](const std::string&, int64_t n, const float** out, int kind) {
     const uint64_t tid = ++tensor_id;
@@ -197,7 +293,39 @@ Weights random_weights(const ModelConfig& c, uint64_t seed) {
     *out = p;
   };
   visit(c, w, v);
+  if (c.quantization.present) quantize_release(c, w);
   return w;
+}
+
+kernels::WeightFormat release_format(const std::string& name) {
+  auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
+  if (name == "embed.weight" || name == "head.weight") return kernels::WeightFormat::kBF16;
+  if (has(".engram.embed.")) return kernels::WeightFormat::kFP8Row32;
+  if (has(".ffn.experts.")) return kernels::WeightFormat::kMXFP4;
+  if (has(".engram.wkv.") || has(".shared_experts.") || has(".indexer.wq_b.") || has(".attn.wq_a.") ||
+      has(".attn.wq_b.") || has(".attn.wkv.") || has(".attn.wo_a.") || has(".attn.wo_b."))
+    return kernels::WeightFormat::kFP8Block32;
+  return kernels::WeightFormat::kF32;
+}
+
+void quantize_release(const ModelConfig& c, Weights& w) {
+  Visitor v;
+  v.mat = [&](const std::string& name, int64_t, int64_t, Mat* m, bool need_f32) {
+    const kernels::WeightFormat f = release_format(name);
+    if (need_f32 || f == m->format) return;
+    *m = quantize_matrix(*m, f, w);
+  };
+  v.vec = [&](const std::string&, int64_t, const float**, int) {};
+  visit(c, w, v);
+}
+
+void dequantize_all(const ModelConfig& c, Weights& w) {
+  Visitor v;
+  v.mat = [&](const std::string&, int64_t, int64_t, Mat* m, bool) {
+    if (m->format != kernels::WeightFormat::kF32) *m = quantize_matrix(*m, kernels::WeightFormat::kF32, w);
+  };
+  v.vec = [&](const std::string&, int64_t, const float**, int) {};
+  visit(c, w, v);
 }
 
 std::vector<loader::TensorToWrite> export_tensors(const ModelConfig& c, Weights& w) {
@@ -210,18 +338,31 @@ std::vector<loader::TensorToWrite> export_tensors(const ModelConfig& c, Weights&
     out.push_back(std::move(t));
   };
   Visitor v;
-  v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat* m) { add_f32(name, {r, cols}, m->p); };
-  v.vec = [&](const std::string& name, int64_t n, const float** p, int) { add_f32(name, {n}, *p); };
-  v.engram_table = [&](const std::string& prefix, int64_t rows, int64_t dim, EngramWeights* e) {
-    if (e->table_fp8) {
-      out.push_back({prefix + "weight", core::DType::F8_E4M3, {rows, dim},
-                     std::vector<uint8_t>(e->table_fp8, e->table_fp8 + rows * dim)});
-      out.push_back({prefix + "scale", core::DType::F8_E8M0, {rows, dim / 32},
-                     std::vector<uint8_t>(e->table_scale, e->table_scale + rows * (dim / 32))});
-    } else {
-      add_f32(prefix + "weight", {rows, dim}, e->table.p);
+  v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat* m, bool) {
+    const auto* bytes = static_cast<const uint8_t*>(m->data);
+    const std::string sname = name.substr(0, name.size() - 6) + "scale";
+    switch (m->format) {
+      case kernels::WeightFormat::kF32: add_f32(name, {r, cols}, m->f32()); break;
+      case kernels::WeightFormat::kBF16:
+        out.push_back({name, core::DType::BF16, {r, cols}, std::vector<uint8_t>(bytes, bytes + r * cols * 2)});
+        break;
+      case kernels::WeightFormat::kFP8Block32:
+      case kernels::WeightFormat::kFP8Row32: {
+        const bool row = m->format == kernels::WeightFormat::kFP8Row32;
+        const std::vector<int64_t> sshape = {row ? r : ceil_div(r, 32), ceil_div(cols, 32)};
+        out.push_back({name, core::DType::F8_E4M3, {r, cols}, std::vector<uint8_t>(bytes, bytes + r * cols)});
+        out.push_back({sname, core::DType::F8_E8M0, sshape, std::vector<uint8_t>(m->scale, m->scale + sshape[0] * sshape[1])});
+        break;
+      }
+      case kernels::WeightFormat::kMXFP4: {
+        const int64_t packed = ceil_div(cols, 2), sc = ceil_div(cols, 32);
+        out.push_back({name, core::DType::I8, {r, packed}, std::vector<uint8_t>(bytes, bytes + r * packed)});
+        out.push_back({sname, core::DType::F8_E8M0, {r, sc}, std::vector<uint8_t>(m->scale, m->scale + r * sc)});
+        break;
+      }
     }
   };
+  v.vec = [&](const std::string& name, int64_t n, const float** p, int) { add_f32(name, {n}, *p); };
   visit(c, w, v);
   return out;
 }
@@ -245,7 +386,7 @@ ParamCounts count_params(const ModelConfig& c) {
   ParamCounts pc;
   Weights dummy;
   Visitor v;
-  v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat*) {
+  v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat*, bool) {
     const int64_t n = r * cols;
     if (name == "embed.weight") pc.embed += n;
     else if (name.find(".engram.embed.") != std::string::npos) pc.engram_tables += n;

@@ -14,16 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "loader/checkpoint.h"
 #include "loader/config.h"
 
 namespace deepinfer::model {
 
-struct Mat {
-  const float* p = nullptr;  // [rows, cols] fp32
-  int64_t rows = 0, cols = 0;
-  explicit operator bool() const { return p != nullptr; }
-};
+// A weight matrix [rows, cols] in its stored format (float32, bf16, FP8 blocks, MXFP4),
+// usually mapped straight from the checkpoint file.
+using Mat = kernels::WeightView;
 
 struct AttentionWeights {
   Mat wq_a;                        // [q_lora, D]
@@ -55,11 +54,7 @@ struct MoeWeights {
 };
 
 struct EngramWeights {
-  Mat table;                       // [N_j, engram_head_dim] hash-bucket rows (float tables)
-  // FP8 tables, kept as stored (mapped): e4m3 values and one ue8m0 scale per 32 channels.
-  const uint8_t* table_fp8 = nullptr;    // [N_j, engram_head_dim] F8_E4M3
-  const uint8_t* table_scale = nullptr;  // [N_j, engram_head_dim/32] F8_E8M0
-  int64_t rows = 0;
+  Mat table;                       // [N_j, engram_head_dim] hash-bucket rows (float, or FP8 rows with ue8m0 per 32)
   Mat wkv;                         // [D*(hc+1), (N-1)*heads*engram_head_dim]
   const float* q_weight = nullptr; // [hc, D]
   const float* k_weight = nullptr; // [hc, D]
@@ -88,16 +83,34 @@ struct Weights {
   // Storage for tensors that are not mapped in place.
   std::vector<std::unique_ptr<float[]>> owned;
   int64_t owned_floats = 0;
+  std::vector<std::unique_ptr<uint8_t[]>> owned_bytes;
+  // Bytes of every weight in its stored format (what a forward reads at most).
+  int64_t stored_bytes() const;
 };
 
-// Loads and checks every tensor the text model reads. Errors name the tensor, the expected
-// shape/dtype and what was found.
+// Loads and checks every tensor the text model reads, each kept in its stored format:
+// F32 and BF16 mapped in place; F8_E4M3 with its `.scale` companion (ue8m0 per 32x32 block,
+// or per 32 channels of a row for Engram tables); MXFP4 (I8/U8 holding two e2m1 codes per
+// byte, `.scale` ue8m0 per 32 inputs of a row); F16 widened. Errors name the tensor, the
+// expected shape/dtype and what was found.
 Weights load_weights(const loader::Checkpoint& ck);
-// Seeded random weights at the config's shapes (matrices ~ N(0, std), norms ~ 1, biases 0).
+// Seeded random weights at the config's shapes (matrices ~ N(0, 1/in), norms ~ 1, biases 0);
+// with a `quantization_config` they are stored in the release formats (see quantize_release).
 Weights random_weights(const loader::ModelConfig& c, uint64_t seed);
 
-// Every tensor as float32 under its canonical (release) name, for writing a checkpoint
-// (tests, `deepinfer quantize` later). Engram FP8 tables are written as stored.
+// The release checkpoint's format for a tensor (by canonical name): FP8 e4m3 with 32x32
+// ue8m0 blocks for the attention projections, indexer wq_b, shared experts and Engram wkv;
+// MXFP4 for routed experts; FP8 rows for Engram tables; BF16 embedding and head; float
+// elsewhere.
+kernels::WeightFormat release_format(const std::string& name);
+// Quantises every matrix of `w` to its release format (round-to-nearest-even values,
+// power-of-two scales 2^ceil(log2(amax / max code))), replacing its storage.
+void quantize_release(const loader::ModelConfig& c, Weights& w);
+// Converts every matrix to float32 (exact), e.g. to write a float checkpoint of a quantised one.
+void dequantize_all(const loader::ModelConfig& c, Weights& w);
+
+// Every tensor under its canonical (release) name in its stored format (with `.scale`
+// companions), for writing a checkpoint (tests, `deepinfer quantize`).
 std::vector<loader::TensorToWrite> export_tensors(const loader::ModelConfig& c, Weights& w);
 
 // Parameter counts per part, for `deepinfer info` and the benchmark.

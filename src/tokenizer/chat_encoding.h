@@ -42,7 +42,9 @@
 // Threading: pure functions, no shared state; safe from any thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -73,6 +75,12 @@ struct ChatOptions {
 
 // Renders `messages` (a JSON array) as prompt text; throws deepinfer::Error on bad input.
 std::string encode_chat(const nlohmann::ordered_json& messages, const ChatOptions& options = {});
+
+class Tokenizer;
+// The conversation's token ids: encode_chat's text through the tokenizer (special tokens in
+// the text are matched as such; no post-processor tokens are added).
+std::vector<int32_t> encode_chat_ids(const Tokenizer& tok, const nlohmann::ordered_json& messages,
+                                     const ChatOptions& options = {});
 
 // `value` serialised exactly as Python's json.dumps(value, ensure_ascii=False) would: ", "
 // and ": " separators, keys in stored order, floats as Python's repr ("1.0", "1e-05",

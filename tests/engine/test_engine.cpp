@@ -68,7 +68,7 @@ TEST_P(EngineGolden, ExactPrefillReproducesReferenceGreedyTokens) {
   EXPECT_EQ(outs[0].outputs[0].finish_reason, FinishReason::kLength);
 }
 
-INSTANTIATE_TEST_SUITE_P(V41, EngineGolden, ::testing::Values("swa", "ced-1src", "ced", "ced-reindex", "full"),
+INSTANTIATE_TEST_SUITE_P(V41, EngineGolden, ::testing::Values("swa", "ced-1src", "ced", "ced-reindex", "full", "full-q"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            std::string s = p.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -26,7 +26,7 @@ TEST(Ops, MatmulMatchesNaiveAndIsBatchInvariant) {
   const int64_t m = 7, n = 33, k = 75;
   auto x = randn(m * k, 1), w = randn(n * k, 2);
   std::vector<float> y(m * n);
-  be->matmul({.x = x.data(), .w = w.data(), .y = y.data(), .m = m, .n = n, .k = k});
+  be->matmul({.x = x.data(), .w = kernels::WeightView::f32(w.data(), n, k), .y = y.data(), .m = m, .n = n, .k = k});
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double r = 0;
@@ -36,13 +36,13 @@ TEST(Ops, MatmulMatchesNaiveAndIsBatchInvariant) {
   // Each row alone gives the same bits as inside the batch.
   for (int64_t i = 0; i < m; ++i) {
     std::vector<float> yi(n);
-    be->matmul({.x = x.data() + i * k, .w = w.data(), .y = yi.data(), .m = 1, .n = n, .k = k});
+    be->matmul({.x = x.data() + i * k, .w = kernels::WeightView::f32(w.data(), n, k), .y = yi.data(), .m = 1, .n = n, .k = k});
     for (int64_t j = 0; j < n; ++j) EXPECT_EQ(yi[j], y[i * n + j]);
   }
   // And the thread count does not matter.
   auto be1 = kernels::make_cpu_backend(1);
   std::vector<float> y1(m * n);
-  be1->matmul({.x = x.data(), .w = w.data(), .y = y1.data(), .m = m, .n = n, .k = k});
+  be1->matmul({.x = x.data(), .w = kernels::WeightView::f32(w.data(), n, k), .y = y1.data(), .m = m, .n = n, .k = k});
   EXPECT_EQ(y1, y);
 }
 

@@ -97,7 +97,7 @@ TEST_P(Golden, GreedyTokens) {
   EXPECT_EQ(got, expect);
 }
 
-INSTANTIATE_TEST_SUITE_P(V41, Golden, ::testing::Values("swa", "ced-1src", "ced", "ced-reindex", "full"),
+INSTANTIATE_TEST_SUITE_P(V41, Golden, ::testing::Values("swa", "ced-1src", "ced", "ced-reindex", "full", "full-q"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            std::string s = p.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -71,8 +71,8 @@ TEST(Invariance, RandomWeightsDependOnlyOnTheSeed) {
   auto cfg = small_config();
   auto a = model::random_weights(cfg, 3), b = model::random_weights(cfg, 3), c = model::random_weights(cfg, 4);
   const auto& wa = a.layers[2].attn.wq_b;
-  EXPECT_EQ(std::memcmp(wa.p, b.layers[2].attn.wq_b.p, static_cast<size_t>(wa.rows * wa.cols) * 4), 0);
-  EXPECT_NE(std::memcmp(wa.p, c.layers[2].attn.wq_b.p, static_cast<size_t>(wa.rows * wa.cols) * 4), 0);
+  EXPECT_EQ(std::memcmp(wa.data, b.layers[2].attn.wq_b.data, static_cast<size_t>(wa.rows * wa.cols) * 4), 0);
+  EXPECT_NE(std::memcmp(wa.data, c.layers[2].attn.wq_b.data, static_cast<size_t>(wa.rows * wa.cols) * 4), 0);
 }
 
 TEST(Invariance, BatchedSequencesMatchEachAlone) {

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/npy.h"
+#include "tokenizer/chat_encoding.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -152,4 +153,16 @@ TEST(Tokenizer, DeepSeekSpecialTokensWithAddSpecial) {
     EXPECT_EQ(static_cast<int64_t>(with.size()), j["n_ids"].get<int64_t>()) << "doc " << d;
   }
   EXPECT_GT(n, 100u);
+}
+
+TEST(Tokenizer, ChatIdsUseSpecialTokens) {
+  auto tok = Tokenizer::load(data("deepseek/tokenizer.json"));
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+  msgs.push_back({{"role", "user"}, {"content", "Hi"}});
+  auto ids = tokenizer::encode_chat_ids(*tok, msgs);
+  const std::string text = tokenizer::encode_chat(msgs);
+  EXPECT_EQ(ids, tok->encode(text));
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], *tok->bos_id());  // BOS is a special token, matched as one id
+  EXPECT_EQ(tok->decode(ids), text);
 }

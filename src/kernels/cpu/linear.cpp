@@ -1,5 +1,8 @@
 // Matrix products: y = x · wᵀ with the weight in its stored [out, in] layout.
 #include <algorithm>
+#include <vector>
+
+#include "core/error.h"
 
 #include "kernels/cpu/cpu_ops.h"
 
@@ -56,18 +59,32 @@ float dot(const float* a, const float* b, int64_t k) {
 void matmul(core::ThreadPool& pool, const MatmulArgs& a) {
   const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
   if (a.m == 0 || a.n == 0) return;
-  // Parallel over output columns (weight rows): each weight row is read once per block
-  // of 4 input rows; decode (m = 1) streams the weight exactly once.
+  DI_CHECK(a.w.cols == a.k && a.w_row0 + a.n <= a.w.rows, "matmul: weight view does not match the product");
+  const float* wf = a.w.f32();
+  // Parallel over output columns (weight rows): each weight row is read once per block of
+  // 64 input rows; decode (m = 1) streams the weight exactly once. Quantised rows are
+  // dequantised into a per-thread buffer first (exact), so every format gives the bits of
+  // the float path.
   constexpr int64_t kRowBlock = 64;
   // Small products run on the calling thread: waking workers costs more than they save.
   const int64_t min_cols = a.m * a.n * a.k < (int64_t{1} << 18) ? a.n : 16;
   pool.parallel_for(a.n, [&](int64_t n0, int64_t n1) {
+    std::vector<float> buf0, buf1;
+    if (!wf) {
+      buf0.resize(static_cast<size_t>(a.k));
+      buf1.resize(static_cast<size_t>(a.k));
+    }
+    auto row = [&](int64_t n, std::vector<float>& buf) -> const float* {
+      if (wf) return wf + (a.w_row0 + n) * a.k;
+      dequant_row(a.w, a.w_row0 + n, buf.data());
+      return buf.data();
+    };
     for (int64_t mb = 0; mb < a.m; mb += kRowBlock) {
       const int64_t me = std::min(a.m, mb + kRowBlock);
       int64_t n = n0;
       for (; n + 2 <= n1; n += 2) {
-        const float* w0 = a.w + n * a.k;
-        const float* w1 = w0 + a.k;
+        const float* w0 = row(n, buf0);
+        const float* w1 = row(n + 1, buf1);
         int64_t m = mb;
         for (; m + 4 <= me; m += 4) {
           const float* xs[4] = {a.x + m * ldx, a.x + (m + 1) * ldx, a.x + (m + 2) * ldx, a.x + (m + 3) * ldx};
@@ -83,8 +100,10 @@ void matmul(core::ThreadPool& pool, const MatmulArgs& a) {
           a.y[m * ldy + n + 1] = dot(a.x + m * ldx, w1, a.k);
         }
       }
-      for (; n < n1; ++n)
-        for (int64_t m = mb; m < me; ++m) a.y[m * ldy + n] = dot(a.x + m * ldx, a.w + n * a.k, a.k);
+      for (; n < n1; ++n) {
+        const float* w0 = row(n, buf0);
+        for (int64_t m = mb; m < me; ++m) a.y[m * ldy + n] = dot(a.x + m * ldx, w0, a.k);
+      }
     }
   }, min_cols);
 }

@@ -1,0 +1,203 @@
+// Release checkpoint formats: FP8 / MXFP4 weights read as stored, `deepinfer quantize`
+// round trips, and the format's bad-input errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/npy.h"
+#include "kernels/backend.h"
+#include "loader/checkpoint.h"
+#include "loader/safetensors.h"
+#include "model/load.h"
+#include "model/quantize.h"
+#include "model/weights.h"
+
+using namespace deepinfer;
+namespace fs = std::filesystem;
+
+namespace {
+std::string fixture(const std::string& n) { return std::string(DEEPINFER_TEST_DATA) + "/v41/" + n; }
+
+std::vector<float> logits_of(const std::string& dir) {
+  auto be = kernels::make_cpu_backend(2);
+  auto lm = model::load_model(dir, *be);
+  auto toks = core::read_npy_ints(dir + "/golden/tokens.npy");
+  std::vector<float> out(toks.size() * 1024);
+  auto st = lm.model->new_state();
+  lm.model->forward(toks.data(), static_cast<int64_t>(toks.size()), st, out.data());
+  return out;
+}
+
+void copy_aux(const std::string& from, const std::string& to) {
+  fs::create_directories(to + "/golden");
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(from + "/" + f, to + "/" + f, fs::copy_options::overwrite_existing);
+  for (const auto& e : fs::directory_iterator(from + "/golden"))
+    fs::copy_file(e.path(), to + "/golden/" + e.path().filename().string(), fs::copy_options::overwrite_existing);
+}
+}  // namespace
+
+// full-q (the release format) dequantised to a float checkpoint, then re-quantised with the
+// quantizer `deepinfer quantize` uses: the same stored values, bitwise the same logits.
+TEST(Quantize, FloatCheckpointRequantisesToTheFixture) {
+  auto ck = loader::Checkpoint::open(fixture("full-q"));
+  model::Weights w = model::load_weights(*ck);
+  EXPECT_EQ(w.layers[2].attn.wq_a.format, kernels::WeightFormat::kFP8Block32);
+  EXPECT_EQ(w.layers[2].ffn.w1[0].format, kernels::WeightFormat::kMXFP4);
+  EXPECT_EQ(w.layers[1].engram.table.format, kernels::WeightFormat::kFP8Row32);
+  EXPECT_EQ(w.embed.format, kernels::WeightFormat::kBF16);
+  // Stored, not widened: the weights take about the file's bytes.
+  EXPECT_LT(w.owned_floats * 4, static_cast<int64_t>(fs::file_size(fixture("full-q") + "/model.safetensors")) / 2);
+
+  const std::string fdir = ::testing::TempDir() + "/fullq_float", qdir = ::testing::TempDir() + "/fullq_requant";
+  copy_aux(fixture("full-q"), fdir);
+  copy_aux(fixture("full-q"), qdir);
+  model::dequantize_all(ck->config(), w);
+  loader::write_safetensors(fdir + "/model.safetensors", model::export_tensors(ck->config(), w));
+  std::ifstream in(fixture("full-q") + "/config.json");
+  nlohmann::json cfg = nlohmann::json::parse(in);
+  std::ofstream(fdir + "/config.json") << cfg["text_config"].dump(2);  // a flat, unquantised config
+  // Float logits equal the release-format logits (the stored values are exact in float).
+  auto ref = logits_of(fixture("full-q"));
+  auto flt = logits_of(fdir);
+  EXPECT_EQ(std::memcmp(ref.data(), flt.data(), ref.size() * 4), 0);
+
+  // Re-quantise the float checkpoint.
+  auto fck = loader::Checkpoint::open(fdir);
+  model::Weights fw = model::load_weights(*fck);
+  model::quantize_release(fck->config(), fw);
+  auto tensors = model::export_tensors(fck->config(), fw);
+  loader::write_safetensors(qdir + "/model.safetensors", tensors);
+  std::ofstream(qdir + "/config.json") << cfg.dump(2);
+  auto again = logits_of(qdir);
+  EXPECT_EQ(std::memcmp(ref.data(), again.data(), ref.size() * 4), 0);
+  // Every re-quantised value equals the fixture's (scales of blocks whose largest value does
+  // not reach the top code may legitimately differ by a power of two, values may not).
+  auto qck = loader::Checkpoint::open(qdir);
+  model::Weights qw = model::load_weights(*qck);
+  auto orig_ck = loader::Checkpoint::open(fixture("full-q"));  // the weights map its file: keep it open
+  model::Weights orig = model::load_weights(*orig_ck);
+  auto same_values = [&](const model::Mat& a, const model::Mat& b) {
+    ASSERT_EQ(a.format, b.format);
+    std::vector<float> ra(static_cast<size_t>(a.cols)), rb(ra.size());
+    for (int64_t r = 0; r < a.rows; ++r) {
+      kernels::dequant_row(a, r, ra.data());
+      kernels::dequant_row(b, r, rb.data());
+      ASSERT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * 4), 0) << "row " << r;
+    }
+  };
+  same_values(qw.layers[2].attn.wq_b, orig.layers[2].attn.wq_b);
+  same_values(qw.layers[5].ffn.w2[3], orig.layers[5].ffn.w2[3]);
+  same_values(qw.layers[4].engram.table, orig.layers[4].engram.table);
+  same_values(qw.head, orig.head);
+}
+
+TEST(Quantize, FormatsDequantiseExactlyAndRoundTrip) {
+  // Values that are already on each grid survive quantisation unchanged; partial blocks at
+  // the edges (rows and columns not multiples of 32) are handled.
+  model::Weights owner;
+  const int64_t R = 37, C = 45;
+  std::vector<float> x(static_cast<size_t>(R * C));
+  for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+  model::Mat f = model::Mat::f32(x.data(), R, C);
+  for (auto fmt : {kernels::WeightFormat::kFP8Block32, kernels::WeightFormat::kFP8Row32, kernels::WeightFormat::kMXFP4,
+                   kernels::WeightFormat::kBF16}) {
+    model::Mat q = model::quantize_matrix(f, fmt, owner);
+    model::Mat dq = model::quantize_matrix(q, kernels::WeightFormat::kF32, owner);
+    model::Mat q2 = model::quantize_matrix(dq, fmt, owner);
+    std::vector<float> a(static_cast<size_t>(C)), b(a.size());
+    double max_err = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      kernels::dequant_row(q, r, a.data());
+      kernels::dequant_row(q2, r, b.data());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+      for (int64_t c = 0; c < C; ++c) max_err = std::max(max_err, static_cast<double>(std::fabs(a[c] - x[r * C + c])));
+    }
+    const double bound = fmt == kernels::WeightFormat::kMXFP4 ? 1.0 : fmt == kernels::WeightFormat::kBF16 ? 0.02 : 0.13;
+    EXPECT_LT(max_err, bound) << static_cast<int>(fmt);
+    EXPECT_GT(kernels::weight_bytes(f), kernels::weight_bytes(q));
+  }
+}
+
+TEST(Quantize, Mxfp4NibbleOrderAndMatmulIsExact) {
+  // One row [1, 2] at scale 1: low nibble = column 0 (code 2 = 1.0), high nibble = column 1 (code 4 = 2.0).
+  uint8_t packed[1] = {static_cast<uint8_t>(0x2 | (0x4 << 4))};
+  uint8_t scale[1] = {127};
+  kernels::WeightView w{kernels::WeightFormat::kMXFP4, packed, scale, 1, 2};
+  float row[2];
+  kernels::dequant_row(w, 0, row);
+  EXPECT_EQ(row[0], 1.0f);
+  EXPECT_EQ(row[1], 2.0f);
+  // A quantised matmul gives exactly the float matmul over the dequantised weights.
+  model::Weights owner;
+  const int64_t N = 40, K = 70;
+  std::vector<float> wf(static_cast<size_t>(N * K)), xs(static_cast<size_t>(3 * K));
+  for (size_t i = 0; i < wf.size(); ++i) wf[i] = std::cos(0.1f * static_cast<float>(i));
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.2f * static_cast<float>(i));
+  auto be = kernels::make_cpu_backend(2);
+  for (auto fmt : {kernels::WeightFormat::kFP8Block32, kernels::WeightFormat::kMXFP4, kernels::WeightFormat::kBF16}) {
+    model::Mat q = model::quantize_matrix(model::Mat::f32(wf.data(), N, K), fmt, owner);
+    model::Mat dq = model::quantize_matrix(q, kernels::WeightFormat::kF32, owner);
+    std::vector<float> y1(static_cast<size_t>(3 * N)), y2(y1.size());
+    be->matmul({.x = xs.data(), .w = q, .y = y1.data(), .m = 3, .n = N, .k = K});
+    be->matmul({.x = xs.data(), .w = dq, .y = y2.data(), .m = 3, .n = N, .k = K});
+    EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0);
+  }
+}
+
+TEST(Quantize, ScaleOfTheWrongShapeOrMissingIsAClearError) {
+  auto src = loader::SafetensorsFile(fixture("full-q") + "/model.safetensors");
+  auto rewrite = [&](const std::string& dir, auto mutate) {
+    fs::create_directories(dir);
+    copy_aux(fixture("full-q"), dir);
+    fs::copy_file(fixture("full-q") + "/config.json", dir + "/config.json", fs::copy_options::overwrite_existing);
+    std::vector<loader::TensorToWrite> ts;
+    for (const auto& [name, t] : src.tensors())
+      ts.push_back({name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
+    mutate(ts);
+    loader::write_safetensors(dir + "/model.safetensors", ts);
+  };
+  auto error_of = [&](const std::string& dir) {
+    try {
+      auto ck = loader::Checkpoint::open(dir);
+      model::load_weights(*ck);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string d1 = ::testing::TempDir() + "/q_bad_scale";
+  rewrite(d1, [](std::vector<loader::TensorToWrite>& ts) {
+    for (auto& t : ts)
+      if (t.name == "layers.2.attn.wq_a.scale") {
+        t.shape = {2, 1};
+        t.bytes.resize(2);
+      }
+  });
+  std::string e1 = error_of(d1);
+  EXPECT_NE(e1.find("layers.2.attn.wq_a.scale"), std::string::npos) << e1;
+  EXPECT_NE(e1.find("[2, 2]"), std::string::npos) << e1;
+  const std::string d2 = ::testing::TempDir() + "/q_no_scale";
+  rewrite(d2, [](std::vector<loader::TensorToWrite>& ts) {
+    ts.erase(std::remove_if(ts.begin(), ts.end(), [](const auto& t) { return t.name == "layers.3.ffn.experts.1.w2.scale"; }),
+             ts.end());
+  });
+  std::string e2 = error_of(d2);
+  EXPECT_NE(e2.find("layers.3.ffn.experts.1.w2.scale"), std::string::npos) << e2;
+  const std::string d3 = ::testing::TempDir() + "/q_bad_packed";
+  rewrite(d3, [](std::vector<loader::TensorToWrite>& ts) {
+    for (auto& t : ts)
+      if (t.name == "layers.2.ffn.experts.0.w1.weight") {
+        t.shape = {32, 64};  // unpacked width: wrong for MXFP4
+        t.bytes.resize(32 * 64);
+      }
+  });
+  std::string e3 = error_of(d3);
+  EXPECT_NE(e3.find("MXFP4"), std::string::npos) << e3;
+}
