@@ -4,10 +4,18 @@
 // against its roofline. This is a benchmark, not a test: it prints figures.
 //
 // usage: bench_forward [--config DIR] [--prompt N] [--steps N] [--threads N] [--seed N]
+//                      [--format f32|bf16|release] [--save DIR] [--model DIR]
+//   --format: store the random weights as float32, bf16, or the release formats (FP8 e4m3 with
+//             32x32 ue8m0 blocks, MXFP4 experts, bf16 embedding/head);
+//   --save DIR: also write them as a checkpoint (config.json + model.safetensors);
+//   --model DIR: load a checkpoint instead (memory-mapped) and report resident memory.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <string>
@@ -17,12 +25,23 @@
 #include "core/thread_pool.h"
 #include "loader/config.h"
 #include "model/deepseek_v41.h"
+#include "loader/checkpoint.h"
+#include "loader/safetensors.h"
 #include "model/info.h"
+#include "model/quantize.h"
 
 using namespace deepinfer;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// Resident set size of this process in MB (VmRSS).
+double rss_mb() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0 * 1.048576;
+  return 0;
+}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -59,9 +78,13 @@ int main(int argc, char** argv) {
   std::string config_dir = std::string(DEEPINFER_BENCH_DIR) + "/configs/bench-200m";
   int64_t prompt = 512, steps = 32, seed = 0;
   int threads = 0;
+  std::string format = "f32", save_dir, model_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--config") config_dir = v;
+    else if (a == "--format") format = v;
+    else if (a == "--save") save_dir = v;
+    else if (a == "--model") model_dir = v;
     else if (a == "--prompt") prompt = std::stoll(v);
     else if (a == "--steps") steps = std::stoll(v);
     else if (a == "--threads") threads = std::stoi(v);
@@ -71,17 +94,42 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!model_dir.empty()) config_dir = model_dir;
   loader::ModelConfig cfg = loader::load_config(config_dir + "/config.json");
   model::ParamCounts pc = model::count_params(cfg);
-  std::printf("model: %s (%.1fM parameters, %.1fM active per token), random weights, seed %lld\n", config_dir.c_str(),
+  std::printf("model: %s (%.1fM parameters, %.1fM active per token), %s\n", config_dir.c_str(),
               static_cast<double>(pc.total()) / 1e6, static_cast<double>(pc.active_per_token(cfg)) / 1e6,
-              static_cast<long long>(seed));
+              model_dir.empty() ? ("random weights (seed " + std::to_string(seed) + "), format " + format).c_str()
+                                : "checkpoint");
 
   auto t_load = Clock::now();
-  model::Weights w = model::random_weights(cfg, static_cast<uint64_t>(seed));
+  const double rss0 = rss_mb();
+  std::unique_ptr<loader::Checkpoint> ck;
+  model::Weights w;
+  if (!model_dir.empty()) {
+    ck = loader::Checkpoint::open(model_dir);
+    w = model::load_weights(*ck);
+  } else {
+    w = model::random_weights(cfg, static_cast<uint64_t>(seed));
+    if (format == "bf16") model::convert_matmul_weights(cfg, w, kernels::WeightFormat::kBF16);
+    else if (format == "release") model::quantize_release(cfg, w);
+    else if (format != "f32") {
+      std::fprintf(stderr, "--format: expected f32, bf16 or release\n");
+      return 2;
+    }
+    if (!save_dir.empty()) {
+      std::filesystem::create_directories(save_dir);
+      loader::write_safetensors(save_dir + "/model.safetensors", model::export_tensors(cfg, w));
+      std::filesystem::copy_file(config_dir + "/config.json", save_dir + "/config.json",
+                                 std::filesystem::copy_options::overwrite_existing);
+      std::printf("wrote %s\n", save_dir.c_str());
+    }
+  }
+  const int64_t stored = w.stored_bytes(), active = model::active_weight_bytes(cfg, w);
   auto backend = kernels::make_cpu_backend(threads);
   model::DeepseekV41 m(cfg, std::move(w), *backend);
-  std::printf("random weights generated in %.1f s\n", seconds_since(t_load));
+  std::printf("weights ready in %.1f s: %.1f MB stored, %.1f MB read per decode token\n", seconds_since(t_load),
+              static_cast<double>(stored) / 1e6, static_cast<double>(active) / 1e6);
 
   core::ThreadPool pool(threads);
   const double bw = measure_read_bandwidth(pool);
@@ -114,12 +162,19 @@ int main(int argc, char** argv) {
   const double med = times[times.size() / 2];
   // Bytes a decode step must read: every weight except the routed experts not chosen (one
   // embedding row), float32; plus the state it attends over.
-  const double weight_bytes = act * 4.0;
+  const double weight_bytes = static_cast<double>(active);
   model::StateBytes sb = model::state_bytes(cfg);
   const double state_read = sb.fixed_fp32 + sb.per_token_fp32 * static_cast<double>(prompt + steps / 2);
   const double bytes = weight_bytes + state_read;
   std::printf("decode: median step %.2f ms (min %.2f, max %.2f) = %.1f tokens/s at context %lld\n", med * 1e3,
               times.front() * 1e3, times.back() * 1e3, 1.0 / med, static_cast<long long>(prompt + steps / 2));
+  if (!model_dir.empty()) {
+    const double file_mb = static_cast<double>(std::filesystem::file_size(model_dir + "/model.safetensors")) / 1e6;
+    const double state_mb = static_cast<double>(st.bytes()) / 1e6;
+    std::printf("resident memory: %.1f MB after loading and running (%.1f MB before); checkpoint file %.1f MB + state %.1f MB "
+                "= %.1f MB; ratio %.3f\n",
+                rss_mb(), rss0, file_mb, state_mb, file_mb + state_mb, (rss_mb() - rss0) / (file_mb + state_mb));
+  }
   std::printf("decode bytes per step: %.1f MB weights + %.1f MB state = %.1f MB; achieved %.1f GB/s = %.0f%% of the measured %.1f GB/s\n",
               weight_bytes / 1e6, state_read / 1e6, bytes / 1e6, bytes / med / 1e9, 100.0 * bytes / med / 1e9 / bw, bw);
   return 0;

@@ -328,6 +328,25 @@ void dequantize_all(const ModelConfig& c, Weights& w) {
   visit(c, w, v);
 }
 
+void convert_matmul_weights(const ModelConfig& c, Weights& w, kernels::WeightFormat fmt) {
+  Visitor v;
+  v.mat = [&](const std::string&, int64_t, int64_t, Mat* m, bool need_f32) {
+    if (!need_f32 && m->format != fmt) *m = quantize_matrix(*m, fmt, w);
+  };
+  v.vec = [&](const std::string&, int64_t, const float**, int) {};
+  visit(c, w, v);
+}
+
+int64_t active_weight_bytes(const ModelConfig& c, const Weights& w) {
+  int64_t experts = 0;
+  for (const auto& L : w.layers)
+    for (const auto* v : {&L.ffn.w1, &L.ffn.w2, &L.ffn.w3})
+      for (const Mat& m : *v) experts += kernels::weight_bytes(m);
+  const int64_t embed = kernels::weight_bytes(w.embed);
+  return w.stored_bytes() - experts + experts / std::max<int64_t>(1, c.n_routed_experts) * c.num_experts_per_tok - embed +
+         embed / std::max<int64_t>(1, c.vocab_size);
+}
+
 std::vector<loader::TensorToWrite> export_tensors(const ModelConfig& c, Weights& w) {
   std::vector<loader::TensorToWrite> out;
   auto add_f32 = [&](const std::string& name, std::vector<int64_t> shape, const float* p) {

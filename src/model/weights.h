@@ -108,6 +108,11 @@ kernels::WeightFormat release_format(const std::string& name);
 void quantize_release(const loader::ModelConfig& c, Weights& w);
 // Converts every matrix to float32 (exact), e.g. to write a float checkpoint of a quantised one.
 void dequantize_all(const loader::ModelConfig& c, Weights& w);
+// Converts every matrix the forward reads through matmul to `fmt` (e.g. bf16 for a benchmark).
+void convert_matmul_weights(const loader::ModelConfig& c, Weights& w, kernels::WeightFormat fmt);
+// Bytes of weights one decode token reads: everything but the routed experts it does not use
+// and all embedding rows but one.
+int64_t active_weight_bytes(const loader::ModelConfig& c, const Weights& w);
 
 // Every tensor under its canonical (release) name in its stored format (with `.scale`
 // companions), for writing a checkpoint (tests, `deepinfer quantize`).

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <random>
 
+#include <cstring>
+
 #include "core/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -63,4 +65,28 @@ TEST(FakeQuant, BlocksAreIndependentAndNonDividingDimsPassThrough) {
   z0 = z;
   be->fake_quant({.x = z.data(), .rows = 3, .dim = 40, .block = 32, .kind = kernels::FakeQuant::kFp8Pow2});
   EXPECT_EQ(z, z0);  // 40 % 32 != 0: the reference leaves it unquantised
+}
+
+TEST(WeightFormats, DequantMatchesTheDtypeTablesForEveryCode) {
+  // Every e4m3 code (NaN included) and every e2m1 code through the vectorised row paths.
+  std::vector<uint8_t> q(256), scale(8, 127);
+  for (int i = 0; i < 256; ++i) q[static_cast<size_t>(i)] = static_cast<uint8_t>(i);
+  kernels::WeightView w8{kernels::WeightFormat::kFP8Row32, q.data(), scale.data(), 1, 256};
+  std::vector<float> out(256);
+  kernels::dequant_row(w8, 0, out.data());
+  for (int i = 0; i < 256; ++i) {
+    const float ref = core::e4m3_to_f32(static_cast<uint8_t>(i));
+    if (std::isnan(ref)) EXPECT_TRUE(std::isnan(out[static_cast<size_t>(i)])) << i;
+    else EXPECT_EQ(std::memcmp(&ref, &out[static_cast<size_t>(i)], 4), 0) << i;
+  }
+  std::vector<uint8_t> p4(128);
+  for (int i = 0; i < 128; ++i) p4[static_cast<size_t>(i)] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  std::vector<uint8_t> s4(8, 128);  // scale 2
+  kernels::WeightView w4{kernels::WeightFormat::kMXFP4, p4.data(), s4.data(), 1, 256};
+  kernels::dequant_row(w4, 0, out.data());
+  for (int j = 0; j < 256; ++j) {
+    const uint8_t code = (j % 2 == 0) ? static_cast<uint8_t>((j / 2) % 16) : static_cast<uint8_t>(15 - (j / 2) % 16);
+    const float ref = core::e2m1_to_f32(code) * 2.0f;
+    EXPECT_EQ(std::memcmp(&ref, &out[static_cast<size_t>(j)], 4), 0) << j;
+  }
 }
