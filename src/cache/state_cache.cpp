@@ -8,9 +8,8 @@ namespace deepinfer::cache {
 
 StateCache::StateCache(const loader::ModelConfig& config, int64_t budget_bytes) : config_(config), budget_(budget_bytes) {
   const model::StateBytes b = model::state_bytes(config);
-  fixed_ = b.fixed_fp32;
-  // Per token: compressed KV + indexer keys, the window positions, Engram history.
-  per_token_ = b.per_token_fp32 + 4.0;
+  fixed_ = b.fixed_stored;
+  per_token_ = b.per_token_stored;
 }
 
 int64_t StateCache::bytes_for(int64_t n_tokens) const {

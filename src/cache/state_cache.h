@@ -23,7 +23,7 @@ class StateCache {
   // budget_bytes <= 0: unlimited.
   StateCache(const loader::ModelConfig& config, int64_t budget_bytes);
 
-  // Bytes of state a sequence holds with n_tokens computed (float32 storage as it is now:
+  // Bytes of state a sequence holds with n_tokens computed, as stored
   // full windows, compressed KV and indexer keys per token, Engram history).
   int64_t bytes_for(int64_t n_tokens) const;
   int64_t budget() const { return budget_; }

@@ -80,7 +80,14 @@ struct FakeQuantArgs {
   float* x = nullptr;  // [rows, dim] fp32
   int64_t rows = 0, dim = 0, block = 32;
   FakeQuant kind = FakeQuant::kFp8Pow2;
+  // Optional: the stored form of the rounded values (written only when dim % block == 0):
+  uint8_t* codes = nullptr;   // FP8: e4m3 [rows, dim]; FP4: e2m1 pairs [rows, dim/2] (low nibble = even channel)
+  uint8_t* scales = nullptr;  // [rows, dim/block]: ue8m0 (kFp8Pow2, kFp4Pow2) or e4m3 (kFp4E4m3)
 };
+
+// Values of rows stored by FakeQuantArgs.codes/scales (exact): out [rows, dim] fp32.
+void dequant_fake_quant(FakeQuant kind, const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t dim,
+                        int64_t block, float* out);
 
 // mHC coefficients of one site: pre [hc], post [hc], comb [hc, hc] (Sinkhorn-normalised).
 struct HcMixesArgs {

@@ -18,6 +18,7 @@ struct DeepseekV41::Shared {
   int64_t t_comp = 0;
   const float* index_k = nullptr;  // [t_index, d_idx] running indexer keys
   int64_t t_index = 0;
+  std::vector<float> comp_f32, index_k_f32;  // the packed caches read as float for this forward
   bool has_topk = false;
   std::vector<uint8_t> topk;     // [rows, topk_t] 1 = selected
   int64_t topk_t = 0;
@@ -91,13 +92,15 @@ void DeepseekV41::rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_
 }
 
 void DeepseekV41::publish_groups(float* x, int64_t n_groups, int64_t dim, int64_t g0, int64_t ratio, FakeQuant kind,
-                                 int64_t block) {
+                                 int64_t block, PackedRows& dest) {
   std::vector<int64_t> gpos(static_cast<size_t>(n_groups));
   for (int64_t g = 0; g < n_groups; ++g) gpos[g] = g0 + ratio * g;
   std::vector<float> gc, gs;
   rope_compress_.compute(gpos.data(), n_groups, &gc, &gs);
   rope_rows(x, n_groups, 1, dim, gc, gs, false);
-  be_.fake_quant({.x = x, .rows = n_groups, .dim = dim, .block = block, .kind = kind});
+  be_.fake_quant({.x = x, .rows = n_groups, .dim = dim, .block = block, .kind = kind, .codes = dest.code_slot(n_groups),
+                  .scales = dest.scale_slot(n_groups)});
+  dest.append(x, n_groups);
 }
 
 void DeepseekV41::forward(const int64_t* tokens, int64_t n, SequenceState& st, float* logits, bool last_only) {
@@ -297,7 +300,11 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
   linear(xn, n, A.wkv, kv.data());
   rms(kv.data(), A.kv_norm, kv.data(), n, hd);
   rope_rows(kv.data(), n, 1, hd, cs, sn, false);
-  be_.fake_quant({.x = kv.data(), .rows = n, .dim = hd, .block = 32, .kind = FakeQuant::kFp8Pow2});
+  // The FP8 codes and scales are what the window rings store.
+  const bool packed = hd % 32 == 0;
+  std::vector<uint8_t> kv_codes(packed ? static_cast<size_t>(n * hd) : 0), kv_scales(packed ? static_cast<size_t>(n * hd / 32) : 0);
+  be_.fake_quant({.x = kv.data(), .rows = n, .dim = hd, .block = 32, .kind = FakeQuant::kFp8Pow2,
+                  .codes = packed ? kv_codes.data() : nullptr, .scales = packed ? kv_scales.data() : nullptr});
 
   // Compressor projections of every row (KV sources), sliced per sequence below.
   std::vector<float> ckv, cgate;
@@ -336,7 +343,7 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
     const int64_t n_cached = static_cast<int64_t>(ring.pos.size());
     std::vector<float> win(static_cast<size_t>((n_cached + m) * hd));
     std::vector<int64_t> win_pos(static_cast<size_t>(n_cached + m));
-    std::copy(ring.kv.begin(), ring.kv.end(), win.begin());
+    ring.kv.read(0, n_cached, win.data());
     std::copy(ring.pos.begin(), ring.pos.end(), win_pos.begin());
     std::memcpy(win.data() + n_cached * hd, kv.data() + r0 * hd, static_cast<size_t>(m * hd) * sizeof(float));
     std::copy(pos, pos + m, win_pos.begin() + n_cached);
@@ -355,12 +362,14 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
                 n_groups, g0, src, sh);
       if (n_groups > 0) {
         // Rotate each new entry at its group's first-token position, FP4-quantise, append.
-        publish_groups(latent.data(), n_groups, hd, g0, ratio, FakeQuant::kFp4E4m3, 16);
-        src.comp.insert(src.comp.end(), latent.begin(), latent.end());
+        publish_groups(latent.data(), n_groups, hd, g0, ratio, FakeQuant::kFp4E4m3, 16, src.comp);
         src.n_comp += n_groups;
       }
       if (c.is_kv_source(l)) {
-        sh.comp = src.comp.data();
+        // The group reads the whole running cache as float for this forward.
+        sh.comp_f32.resize(static_cast<size_t>(src.n_comp * hd));
+        src.comp.read(0, src.n_comp, sh.comp_f32.data());
+        sh.comp = sh.comp_f32.data();
         sh.t_comp = src.n_comp;
       }
       if (sh.t_comp > 0) {
@@ -379,7 +388,12 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
     // Keep the last window-1 entries.
     const int64_t keep = std::min<int64_t>(c.sliding_window - 1, n_cached + m);
     const int64_t drop = n_cached + m - keep;
-    ring.kv.assign(win.begin() + drop * hd, win.end());
+    if (ring.kv.packed()) {
+      std::memcpy(ring.kv.code_slot(m), kv_codes.data() + r0 * hd, static_cast<size_t>(m * hd));
+      std::memcpy(ring.kv.scale_slot(m), kv_scales.data() + r0 * hd / 32, static_cast<size_t>(m * hd / 32));
+    }
+    ring.kv.append(kv.data() + r0 * hd, m);
+    ring.kv.drop_front(drop);
     ring.pos.assign(win_pos.begin() + drop, win_pos.end());
   }
 
@@ -435,11 +449,12 @@ void DeepseekV41::indexer(int64_t l, const float* q, const float* w, const int64
       std::vector<float> k(static_cast<size_t>(n_groups * di));
       linear(latent.data(), n_groups, A.i_wk, k.data());
       rms(k.data(), A.i_k_norm, k.data(), n_groups, di);
-      publish_groups(k.data(), n_groups, di, g0, r, FakeQuant::kFp4Pow2, 32);
-      src.index_k.insert(src.index_k.end(), k.begin(), k.end());
+      publish_groups(k.data(), n_groups, di, g0, r, FakeQuant::kFp4Pow2, 32, src.index_k);
       src.n_index += n_groups;
     }
-    sh.index_k = src.index_k.data();
+    sh.index_k_f32.resize(static_cast<size_t>(src.n_index * di));
+    src.index_k.read(0, src.n_index, sh.index_k_f32.data());
+    sh.index_k = sh.index_k_f32.data();
     sh.t_index = src.n_index;
   }
   const int64_t T = sh.t_index;

@@ -76,9 +76,10 @@ class DeepseekV41 {
   void rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const std::vector<float>& cos,
                  const std::vector<float>& sin, bool inverse);
   // Compressed-branch entries of new groups: compress RoPE at each group's first-token
-  // position (g0 + ratio*g), then the given fake quantisation. [n_groups, dim] in place.
+  // position (g0 + ratio*g), then the given fake quantisation; appended to `dest` in its stored
+  // format. x: [n_groups, dim] fp32, rounded in place.
   void publish_groups(float* x, int64_t n_groups, int64_t dim, int64_t g0, int64_t ratio, kernels::FakeQuant kind,
-                      int64_t block);
+                      int64_t block, PackedRows& dest);
   void rms(const float* x, const float* w, float* y, int64_t rows, int64_t dim);
   void linear(const float* x, int64_t rows, const Mat& w, float* y);
 

@@ -12,11 +12,15 @@ StateBytes state_bytes(const loader::ModelConfig& c) {
   const double win = static_cast<double>(c.sliding_window - 1) * static_cast<double>(c.num_hidden_layers);
   b.fixed_fp32 = win * hd * 4;
   b.fixed_quant = win * (hd + hd / 32);  // e4m3 values + one ue8m0 scale per 32
+  const bool win_packed = c.head_dim % 32 == 0, comp_packed = c.head_dim % 16 == 0, idx_packed = c.index_head_dim % 32 == 0;
+  b.fixed_stored = win * ((win_packed ? hd + hd / 32 : hd * 4) + 8);
+  b.per_token_stored = c.engram_layer_ids.empty() ? 0 : 4;
   for (int64_t s : c.kv_source_layer_ids) {
     const double r = static_cast<double>(c.ratio(s));
     const bool owns_k = c.is_index_source(s);
     b.per_token_fp32 += (hd * 4 + (owns_k ? di * 4 : 0)) / r;
     b.per_token_quant += (hd / 2 + hd / 16 + (owns_k ? di / 2 + di / 32 : 0)) / r;
+    b.per_token_stored += ((comp_packed ? hd / 2 + hd / 16 : hd * 4) + (owns_k ? (idx_packed ? di / 2 + di / 32 : di * 4) : 0)) / r;
   }
   return b;
 }
@@ -74,9 +78,9 @@ std::string describe(const loader::ModelConfig& c) {
   o << "  routed experts " << human(static_cast<double>(p.routed_experts)) << ", shared experts "
     << human(static_cast<double>(p.shared_experts)) << ", router " << human(static_cast<double>(p.router)) << "\n";
   StateBytes b = state_bytes(c);
-  o << "state per sequence: windows " << human(b.fixed_fp32) << "B fixed + " << b.per_token_fp32
-    << " B/token (float32, as stored now); in the model's rounding formats " << human(b.fixed_quant) << "B + "
-    << b.per_token_quant << " B/token\n";
+  o << "state per sequence, as stored: windows " << human(b.fixed_stored) << "B + " << b.per_token_stored
+    << " B/token (FP8 windows, FP4 compressed KV and indexer keys; float32 would be " << human(b.fixed_fp32) << "B + "
+    << b.per_token_fp32 << " B/token)\n";
   return o.str();
 }
 

@@ -14,6 +14,9 @@ struct StateBytes {
   double per_token_fp32 = 0;    // compressed KV + indexer keys per token, float32 as stored now
   double fixed_quant = 0;       // the same in the formats the model rounds to (FP8 window, ...)
   double per_token_quant = 0;   // FP4 compressed KV (e4m3 scale / 16), FP4 indexer keys (ue8m0 / 32)
+  // As SequenceState stores it: packed where the dims divide into blocks, float otherwise;
+  // window positions (8 bytes an entry) and the Engram history (4 bytes a token) included.
+  double fixed_stored = 0, per_token_stored = 0;
 };
 StateBytes state_bytes(const loader::ModelConfig& c);
 

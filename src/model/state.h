@@ -17,21 +17,56 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "loader/config.h"
 
 namespace deepinfer::model {
 
+// Rows of vectors the model has already rounded to a low-precision grid, stored in that
+// grid's format (exact): FP8 e4m3 with a power-of-two scale per `block` channels (window
+// KV), FP4 e2m1 pairs with an e4m3 scale per block (compressed KV) or a power-of-two one
+// (indexer keys). Where the dimension does not divide into blocks (tiny test configs, which
+// the reference leaves unrounded) the rows are stored as float32.
+class PackedRows {
+ public:
+  PackedRows() = default;
+  PackedRows(kernels::FakeQuant kind, int64_t dim, int64_t block);
+
+  int64_t size() const { return n_; }
+  int64_t dim() const { return dim_; }
+  bool packed() const { return packed_; }
+  // Buffers for `rows` new rows: the fake-quant op writes codes and scales into them
+  // (FakeQuantArgs.codes / .scales); null when stored as float.
+  uint8_t* code_slot(int64_t rows);
+  uint8_t* scale_slot(int64_t rows);
+  // Appends `rows` rows: their rounded values (used when stored as float) and, when packed,
+  // the codes/scales already written into the slots.
+  void append(const float* values, int64_t rows);
+  void drop_front(int64_t rows);
+  // Rows [row0, row0 + rows) as float32: out [rows, dim].
+  void read(int64_t row0, int64_t rows, float* out) const;
+  int64_t bytes() const;
+
+ private:
+  kernels::FakeQuant kind_ = kernels::FakeQuant::kFp8Pow2;
+  int64_t dim_ = 0, block_ = 1, n_ = 0;
+  bool packed_ = false;
+  int64_t code_bytes_ = 0, scale_bytes_ = 0;  // per row
+  std::vector<uint8_t> codes_, scales_;       // [n, code_bytes], [n, scale_bytes] (+ slots past n)
+  std::vector<float> f32_;                    // [n, dim] when not packed
+};
+
 struct WindowRing {
-  std::vector<float> kv;     // [n, head_dim] fp32, oldest first
+  PackedRows kv;             // [n, head_dim] FP8 (post-RoPE), oldest first
   std::vector<int64_t> pos;  // [n] absolute positions
 };
 
 struct SourceState {
   std::vector<float> buf_kv, buf_gate;  // [buf_rows, head_dim] fp32: tokens of the open group
   int64_t buf_rows = 0;
-  std::vector<float> comp;              // [n_comp, head_dim] fp32 compressed KV
+  PackedRows comp;                      // [n_comp, head_dim] FP4 (e4m3 scale / 16) compressed KV
   int64_t n_comp = 0;                   // groups emitted (the reference's entry_count)
-  std::vector<float> index_k;           // [n_index, index_head_dim] fp32 indexer keys
+  PackedRows index_k;                   // [n_index, index_head_dim] FP4 (ue8m0 / 32) indexer keys
   int64_t n_index = 0;
 };
 
@@ -45,13 +80,14 @@ class SequenceState {
   SourceState& source(int64_t layer) { return sources_[static_cast<size_t>(layer)]; }
   // Engram: compressed token id by absolute position (-1 = no live token there).
   std::vector<int32_t>& engram_history() { return engram_history_; }
-  // Bytes held now (float32 storage).
+  // Bytes held now (packed formats where the model rounds, float32 elsewhere).
   int64_t bytes() const;
   void reset();
 
  private:
   int64_t length_ = 0;
   std::vector<WindowRing> windows_;
+  const loader::ModelConfig* config_ = nullptr;
   std::vector<SourceState> sources_;  // indexed by layer; used only for KV sources
   std::vector<int32_t> engram_history_;
 };

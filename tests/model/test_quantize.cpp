@@ -15,6 +15,7 @@
 #include "kernels/backend.h"
 #include "loader/checkpoint.h"
 #include "loader/safetensors.h"
+#include "model/info.h"
 #include "model/load.h"
 #include "model/quantize.h"
 #include "model/weights.h"
@@ -200,4 +201,25 @@ TEST(Quantize, ScaleOfTheWrongShapeOrMissingIsAClearError) {
   });
   std::string e3 = error_of(d3);
   EXPECT_NE(e3.find("MXFP4"), std::string::npos) << e3;
+}
+
+TEST(StateFormats, ReleasedBytesPerTokenAndMeasuredState) {
+  // The released schedule: ~890 bytes of compressed state per token (FP4 compressed KV with
+  // e4m3 scales per 16, FP4 indexer keys with ue8m0 per 32), FP8 windows.
+  auto released = loader::parse_config("{}", "released");
+  const model::StateBytes b = model::state_bytes(released);
+  EXPECT_NEAR(b.per_token_quant, 890.0, 0.5);
+  EXPECT_NEAR(b.per_token_stored, 890.0, 0.5);
+  // The state a sequence actually holds matches the estimate the cache budgets with.
+  auto lm_be = kernels::make_cpu_backend(2);
+  auto lm = model::load_model(fixture("ced"), *lm_be);
+  auto st = lm.model->new_state();
+  auto toks = core::read_npy_ints(fixture("ced") + "/golden/tokens.npy");
+  std::vector<float> lg(toks.size() * 1024);
+  lm.model->forward(toks.data(), static_cast<int64_t>(toks.size()), st, lg.data());
+  const model::StateBytes fb = model::state_bytes(lm.model->config());
+  const double expect = fb.fixed_stored + fb.per_token_stored * static_cast<double>(toks.size());
+  // Partial groups sit in float buffers: allow their few hundred bytes.
+  EXPECT_NEAR(static_cast<double>(st.bytes()), expect, 1024.0) << st.bytes();
+  EXPECT_LT(static_cast<double>(st.bytes()), fb.fixed_fp32 + fb.per_token_fp32 * static_cast<double>(toks.size()));
 }

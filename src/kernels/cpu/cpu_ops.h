@@ -32,9 +32,10 @@ void router(core::ThreadPool& pool, const RouterArgs& a);
 void swiglu(core::ThreadPool& pool, const SwigluArgs& a);
 void engram_gate(core::ThreadPool& pool, const EngramGateArgs& a);
 
-// Single-block fake quantisers (exposed for unit tests).
-void fake_quant_fp8_pow2(float* x, int64_t n);
-void fake_quant_fp4_pow2(float* x, int64_t n);
-void fake_quant_fp4_e4m3(float* x, int64_t n);
+// Single-block fake quantisers (exposed for unit tests). codes/scale (optional) receive the
+// stored form: FP8 one e4m3 byte per value, FP4 packed pairs (n even), one scale byte.
+void fake_quant_fp8_pow2(float* x, int64_t n, uint8_t* codes = nullptr, uint8_t* scale = nullptr);
+void fake_quant_fp4_pow2(float* x, int64_t n, uint8_t* codes = nullptr, uint8_t* scale = nullptr);
+void fake_quant_fp4_e4m3(float* x, int64_t n, uint8_t* codes = nullptr, uint8_t* scale = nullptr);
 
 }  // namespace deepinfer::kernels::cpu
