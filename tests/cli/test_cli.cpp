@@ -318,3 +318,17 @@ TEST_F(Cli, RunBatchThousandMixedRequests) {
   EXPECT_EQ(m["errors"], 600);  // kinds 3, 4, 5, 6, 7 and 9
   EXPECT_THAT(r.err, HasSubstr("TTFT p50"));
 }
+
+TEST_F(Cli, QuantizeWritesARunnableReleaseCheckpoint) {
+  const std::string model = std::string(DEEPINFER_TEST_DATA) + "/v41/full";
+  const Outcome q = run("quantize --model " + quote(model) + " --out " + quote(path("q")));
+  ASSERT_EQ(q.code, 0) << q.err;
+  auto cfg = nlohmann::json::parse(slurp(path("q/config.json")));
+  EXPECT_TRUE(cfg.contains("text_config"));
+  EXPECT_EQ(cfg["quantization_config"]["expert_dtype"], "fp4");
+  EXPECT_LT(fs::file_size(path("q/model.safetensors")), fs::file_size(model + "/model.safetensors"));
+  const Outcome r = run(logits_args(path("q"), model + "/golden/tokens.npy", "--out " + quote(path("l.npy"))));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("top 5 next tokens"));
+  expect_error("quantize --model " + quote(model));  // --out missing
+}

@@ -223,3 +223,17 @@ TEST(StateFormats, ReleasedBytesPerTokenAndMeasuredState) {
   EXPECT_NEAR(static_cast<double>(st.bytes()), expect, 1024.0) << st.bytes();
   EXPECT_LT(static_cast<double>(st.bytes()), fb.fixed_fp32 + fb.per_token_fp32 * static_cast<double>(toks.size()));
 }
+
+TEST(Quantize, RandomLoadHonoursQuantizationConfig) {
+  std::ifstream in(fixture("full-q") + "/config.json");
+  nlohmann::json cfg = nlohmann::json::parse(in);
+  auto c = loader::parse_config(cfg.dump(), "full-q");
+  ASSERT_TRUE(c.quantization.present);
+  EXPECT_EQ(c.quantization.expert_dtype, "fp4");
+  model::Weights w = model::random_weights(c, 3);
+  EXPECT_EQ(w.layers[0].attn.wq_b.format, kernels::WeightFormat::kFP8Block32);
+  EXPECT_EQ(w.layers[3].ffn.w2[1].format, kernels::WeightFormat::kMXFP4);
+  EXPECT_EQ(w.layers[1].engram.table.format, kernels::WeightFormat::kFP8Row32);
+  EXPECT_EQ(w.head.format, kernels::WeightFormat::kBF16);
+  EXPECT_EQ(w.layers[0].hc_attn_fn.format, kernels::WeightFormat::kF32);
+}
