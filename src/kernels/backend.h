@@ -38,6 +38,9 @@ struct WeightView {
 
 // Row `row` of w as float32, exactly (out: [w.cols]).
 void dequant_row(const WeightView& w, int64_t row, float* out);
+// x · (row `row` of w) without materialising the row, bitwise equal to the float dot product
+// over the dequantised row; false when w's format (or this CPU) has no fused path.
+bool dot_quantized(const float* x, const WeightView& w, int64_t row, float* out);
 // Bytes the stored format takes (values and scales).
 int64_t weight_bytes(const WeightView& w);
 

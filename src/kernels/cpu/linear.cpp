@@ -68,7 +68,19 @@ void matmul(core::ThreadPool& pool, const MatmulArgs& a) {
   constexpr int64_t kRowBlock = 64;
   // Small products run on the calling thread: waking workers costs more than they save.
   const int64_t min_cols = a.m * a.n * a.k < (int64_t{1} << 18) ? a.n : 16;
+  // Fewer than 4 input rows (decode): quantised rows are consumed directly, fused.
+  const bool fused = !wf && a.m < 4 && a.w.format != WeightFormat::kBF16;
   pool.parallel_for(a.n, [&](int64_t n0, int64_t n1) {
+    if (fused) {
+      std::vector<float> buf(static_cast<size_t>(a.k));
+      for (int64_t n = n0; n < n1; ++n)
+        for (int64_t m = 0; m < a.m; ++m)
+          if (!dot_quantized(a.x + m * ldx, a.w, a.w_row0 + n, &a.y[m * ldy + n])) {
+            dequant_row(a.w, a.w_row0 + n, buf.data());
+            a.y[m * ldy + n] = dot(a.x + m * ldx, buf.data(), a.k);
+          }
+      return;
+    }
     std::vector<float> buf0, buf1;
     if (!wf) {
       buf0.resize(static_cast<size_t>(a.k));
