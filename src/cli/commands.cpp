@@ -53,198 +53,173 @@ std::vector<int64_t> chunk_plan(int64_t n, const std::vector<int64_t>& sizes) {
 }
 
 int cmd_logits(const std::vector<std::string>& args) {
-  try {
-    auto f = parse_flags(args, {"model", "tokens", "chunks", "out", "top", "load-format", "seed", "threads"}, "logits");
-    if (f.count("help")) {
-      std::printf(
-          "deepinfer logits --model DIR --tokens IDS.npy [--chunks 13,9,1] [--out LOGITS.npy] [--top K]\n"
-          "  Runs the token ids (1-D int32/int64 .npy) through the model, fed in the given chunk sizes\n"
-          "  (the last size repeats; default one chunk), writes float32 logits [n_tokens, vocab] to --out\n"
-          "  and prints the top K (default 5) next tokens after the last position.\n"
-          "  --load-format auto|random: random = seeded random weights from config.json alone (--seed).\n");
-      return 0;
-    }
-    if (!f.count("model")) throw Error("deepinfer logits: --model DIR is required");
-    if (!f.count("tokens")) throw Error("deepinfer logits: --tokens IDS.npy is required");
-    const std::string fmt = f.count("load-format") ? f["load-format"] : "auto";
-    if (fmt != "auto" && fmt != "random") throw Error("flag --load-format: expected 'auto' or 'random', got '" + fmt + "'");
-    std::vector<int64_t> shape;
-    std::vector<int64_t> ids = core::read_npy_ints(f["tokens"], &shape);
-    if (shape.size() != 1) throw Error(f["tokens"] + ": expected a 1-D array of token ids, got " + std::to_string(shape.size()) + " dimensions");
-    if (ids.empty()) throw Error(f["tokens"] + ": no token ids");
-    std::vector<int64_t> sizes = f.count("chunks") ? parse_chunks(f["chunks"]) : std::vector<int64_t>{static_cast<int64_t>(ids.size())};
-    const int64_t top = f.count("top") ? parse_int("top", f["top"]) : 5;
-    const int64_t threads_flag = f.count("threads") ? parse_int("threads", f["threads"]) : 0;
-    if (threads_flag < 0 || threads_flag > 1024) throw Error("flag --threads: expected 0 (auto) to 1024, got " + std::to_string(threads_flag));
-    const int threads = static_cast<int>(threads_flag);
-
-    auto t0 = std::chrono::steady_clock::now();
-    auto backend = kernels::make_cpu_backend(threads);
-    model::LoadedModel lm = model::load_model(
-        f["model"], *backend, fmt == "random" ? model::LoadFormat::kRandom : model::LoadFormat::kAuto,
-        static_cast<uint64_t>(f.count("seed") ? parse_int("seed", f["seed"]) : 0));
-    model::DeepseekV41& m = *lm.model;
-    const int64_t V = m.config().vocab_size;
-    for (size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] < 0 || ids[i] >= V)
-        throw Error(f["tokens"] + ": token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
-                    " is outside the vocabulary [0, " + std::to_string(V) + ")");
-    auto t1 = std::chrono::steady_clock::now();
-    model::SequenceState st = m.new_state();
-    std::vector<float> logits(ids.size() * static_cast<size_t>(V));
-    int64_t done = 0;
-    for (int64_t c : chunk_plan(static_cast<int64_t>(ids.size()), sizes)) {
-      m.forward(ids.data() + done, c, st, logits.data() + done * V);
-      done += c;
-    }
-    auto t2 = std::chrono::steady_clock::now();
-    if (f.count("out")) core::write_npy_f32(f["out"], logits.data(), {static_cast<int64_t>(ids.size()), V});
-    const float* last = logits.data() + (ids.size() - 1) * static_cast<size_t>(V);
-    std::vector<int64_t> order(static_cast<size_t>(V));
-    std::iota(order.begin(), order.end(), 0);
-    const int64_t k = std::clamp<int64_t>(top, 0, V);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-      return last[a] > last[b] || (last[a] == last[b] && a < b);
-    });
-    std::printf("top %lld next tokens after position %zu:\n", static_cast<long long>(k), ids.size() - 1);
-    for (int64_t i = 0; i < k; ++i) std::printf("  %6lld  %.6f\n", static_cast<long long>(order[i]), last[order[i]]);
-    std::fprintf(stderr, "load %.3f s, forward %zu tokens %.3f s\n", std::chrono::duration<double>(t1 - t0).count(),
-                 ids.size(), std::chrono::duration<double>(t2 - t1).count());
+  auto f = parse_flags(args, {"model", "tokens", "chunks", "out", "top", "load-format", "seed", "threads"}, "logits");
+  if (f.count("help")) {
+    std::printf(
+        "deepinfer logits --model DIR --tokens IDS.npy [--chunks 13,9,1] [--out LOGITS.npy] [--top K]\n"
+        "  Runs the token ids (1-D int32/int64 .npy) through the model, fed in the given chunk sizes\n"
+        "  (the last size repeats; default one chunk), writes float32 logits [n_tokens, vocab] to --out\n"
+        "  and prints the top K (default 5) next tokens after the last position.\n"
+        "  --load-format auto|random: random = seeded random weights from config.json alone (--seed).\n");
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
-    return 2;
   }
+  if (!f.count("model")) throw Error("deepinfer logits: --model DIR is required");
+  if (!f.count("tokens")) throw Error("deepinfer logits: --tokens IDS.npy is required");
+  const std::string fmt = f.count("load-format") ? f["load-format"] : "auto";
+  if (fmt != "auto" && fmt != "random") throw Error("flag --load-format: expected 'auto' or 'random', got '" + fmt + "'");
+  std::vector<int64_t> shape;
+  std::vector<int64_t> ids = core::read_npy_ints(f["tokens"], &shape);
+  if (shape.size() != 1) throw Error(f["tokens"] + ": expected a 1-D array of token ids, got " + std::to_string(shape.size()) + " dimensions");
+  if (ids.empty()) throw Error(f["tokens"] + ": no token ids");
+  std::vector<int64_t> sizes = f.count("chunks") ? parse_chunks(f["chunks"]) : std::vector<int64_t>{static_cast<int64_t>(ids.size())};
+  const int64_t top = f.count("top") ? parse_int("top", f["top"]) : 5;
+  const int64_t threads_flag = f.count("threads") ? parse_int("threads", f["threads"]) : 0;
+  if (threads_flag < 0 || threads_flag > 1024) throw Error("flag --threads: expected 0 (auto) to 1024, got " + std::to_string(threads_flag));
+  const int threads = static_cast<int>(threads_flag);
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto backend = kernels::make_cpu_backend(threads);
+  model::LoadedModel lm = model::load_model(
+      f["model"], *backend, fmt == "random" ? model::LoadFormat::kRandom : model::LoadFormat::kAuto,
+      static_cast<uint64_t>(f.count("seed") ? parse_int("seed", f["seed"]) : 0));
+  model::DeepseekV41& m = *lm.model;
+  const int64_t V = m.config().vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= V)
+      throw Error(f["tokens"] + ": token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
+                  " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  auto t1 = std::chrono::steady_clock::now();
+  model::SequenceState st = m.new_state();
+  std::vector<float> logits(ids.size() * static_cast<size_t>(V));
+  int64_t done = 0;
+  for (int64_t c : chunk_plan(static_cast<int64_t>(ids.size()), sizes)) {
+    m.forward(ids.data() + done, c, st, logits.data() + done * V);
+    done += c;
+  }
+  auto t2 = std::chrono::steady_clock::now();
+  if (f.count("out")) core::write_npy_f32(f["out"], logits.data(), {static_cast<int64_t>(ids.size()), V});
+  const float* last = logits.data() + (ids.size() - 1) * static_cast<size_t>(V);
+  std::vector<int64_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = std::clamp<int64_t>(top, 0, V);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+    return last[a] > last[b] || (last[a] == last[b] && a < b);
+  });
+  std::printf("top %lld next tokens after position %zu:\n", static_cast<long long>(k), ids.size() - 1);
+  for (int64_t i = 0; i < k; ++i) std::printf("  %6lld  %.6f\n", static_cast<long long>(order[i]), last[order[i]]);
+  std::fprintf(stderr, "load %.3f s, forward %zu tokens %.3f s\n", std::chrono::duration<double>(t1 - t0).count(),
+               ids.size(), std::chrono::duration<double>(t2 - t1).count());
+  return 0;
 }
 
 int cmd_info(const std::vector<std::string>& args) {
-  try {
-    auto f = parse_flags(args, {"model"}, "info");
-    if (f.count("help")) {
-      std::printf("deepinfer info --model DIR\n  Prints the derived layer schedule, parameter counts and state bytes.\n");
-      return 0;
-    }
-    if (!f.count("model")) throw Error("deepinfer info: --model DIR is required");
-    loader::ModelConfig cfg = loader::load_config((std::filesystem::path(f["model"]) / "config.json").string());
-    std::printf("%s", model::describe(cfg).c_str());
+  auto f = parse_flags(args, {"model"}, "info");
+  if (f.count("help")) {
+    std::printf("deepinfer info --model DIR\n  Prints the derived layer schedule, parameter counts and state bytes.\n");
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
-    return 2;
   }
+  if (!f.count("model")) throw Error("deepinfer info: --model DIR is required");
+  loader::ModelConfig cfg = loader::load_config((std::filesystem::path(f["model"]) / "config.json").string());
+  std::printf("%s", model::describe(cfg).c_str());
+  return 0;
 }
 
 int cmd_quantize(const std::vector<std::string>& args) {
-  try {
-    auto f = parse_flags(args, {"model", "out"}, "quantize");
-    if (f.count("help")) {
-      std::printf("deepinfer quantize --model IN --out OUT\n"
-                  "  Writes IN's weights in the release format: FP8 e4m3 with ue8m0 32x32 block scales for the\n"
-                  "  attention projections, indexer wq_b, shared experts and Engram wkv; MXFP4 routed experts;\n"
-                  "  FP8 Engram rows; BF16 embedding and head; release tensor names; a composite config.json\n"
-                  "  with quantization_config. Tokenizer files are copied.\n");
-      return 0;
-    }
-    if (!f.count("model")) throw Error("deepinfer quantize: --model IN is required");
-    if (!f.count("out")) throw Error("deepinfer quantize: --out OUT is required");
-    namespace fs = std::filesystem;
-    auto ck = loader::Checkpoint::open(f["model"]);
-    model::Weights w = model::load_weights(*ck);
-    model::quantize_release(ck->config(), w);
-    auto tensors = model::export_tensors(ck->config(), w);
-    fs::create_directories(f["out"]);
-    loader::write_safetensors((fs::path(f["out"]) / "model.safetensors").string(), tensors);
-    // config.json: composite, with the release's quantization_config.
-    std::ifstream in((fs::path(f["model"]) / "config.json").string());
-    nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(in);
-    nlohmann::ordered_json text = cfg.contains("text_config") ? cfg["text_config"] : cfg;
-    nlohmann::ordered_json out = cfg.contains("text_config") ? cfg : nlohmann::ordered_json::object();
-    if (!cfg.contains("text_config")) {
-      out["architectures"] = {"DeepseekV41ForCausalLM"};
-      out["model_type"] = "deepseek_v41";
-      out["text_config"] = text;
-    }
-    out["quantization_config"] = {{"quant_method", "fp8"}, {"scale_fmt", "ue8m0"}, {"weight_block_size", {32, 32}},
-                                  {"activation_scheme", "dynamic"}, {"expert_dtype", "fp4"}};
-    std::ofstream((fs::path(f["out"]) / "config.json").string()) << out.dump(2) << "\n";
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
-      if (fs::exists(fs::path(f["model"]) / name))
-        fs::copy_file(fs::path(f["model"]) / name, fs::path(f["out"]) / name, fs::copy_options::overwrite_existing);
-    int64_t bytes = 0;
-    for (const auto& t : tensors) bytes += static_cast<int64_t>(t.bytes.size());
-    std::printf("wrote %s: %zu tensors, %.2f MB\n", f["out"].c_str(), tensors.size(), static_cast<double>(bytes) / 1e6);
+  auto f = parse_flags(args, {"model", "out"}, "quantize");
+  if (f.count("help")) {
+    std::printf("deepinfer quantize --model IN --out OUT\n"
+                "  Writes IN's weights in the release format: FP8 e4m3 with ue8m0 32x32 block scales for the\n"
+                "  attention projections, indexer wq_b, shared experts and Engram wkv; MXFP4 routed experts;\n"
+                "  FP8 Engram rows; BF16 embedding and head; release tensor names; a composite config.json\n"
+                "  with quantization_config. Tokenizer files are copied.\n");
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
-    return 2;
   }
+  if (!f.count("model")) throw Error("deepinfer quantize: --model IN is required");
+  if (!f.count("out")) throw Error("deepinfer quantize: --out OUT is required");
+  namespace fs = std::filesystem;
+  auto ck = loader::Checkpoint::open(f["model"]);
+  model::Weights w = model::load_weights(*ck);
+  model::quantize_release(ck->config(), w);
+  auto tensors = model::export_tensors(ck->config(), w);
+  fs::create_directories(f["out"]);
+  loader::write_safetensors((fs::path(f["out"]) / "model.safetensors").string(), tensors);
+  // config.json: composite, with the release's quantization_config.
+  std::ifstream in((fs::path(f["model"]) / "config.json").string());
+  nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(in);
+  nlohmann::ordered_json text = cfg.contains("text_config") ? cfg["text_config"] : cfg;
+  nlohmann::ordered_json out = cfg.contains("text_config") ? cfg : nlohmann::ordered_json::object();
+  if (!cfg.contains("text_config")) {
+    out["architectures"] = {"DeepseekV41ForCausalLM"};
+    out["model_type"] = "deepseek_v41";
+    out["text_config"] = text;
+  }
+  out["quantization_config"] = {{"quant_method", "fp8"}, {"scale_fmt", "ue8m0"}, {"weight_block_size", {32, 32}},
+                                {"activation_scheme", "dynamic"}, {"expert_dtype", "fp4"}};
+  std::ofstream((fs::path(f["out"]) / "config.json").string()) << out.dump(2) << "\n";
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    if (fs::exists(fs::path(f["model"]) / name))
+      fs::copy_file(fs::path(f["model"]) / name, fs::path(f["out"]) / name, fs::copy_options::overwrite_existing);
+  int64_t bytes = 0;
+  for (const auto& t : tensors) bytes += static_cast<int64_t>(t.bytes.size());
+  std::printf("wrote %s: %zu tensors, %.2f MB\n", f["out"].c_str(), tensors.size(), static_cast<double>(bytes) / 1e6);
+  return 0;
 }
 
 int cmd_tokenize(const std::vector<std::string>& args) {
-  try {
-    auto f = parse_flags(args, {"model", "text", "file", "add-special-tokens"}, "tokenize");
-    if (f.count("help")) {
-      std::printf("deepinfer tokenize --model DIR (--text TEXT | --file F) [--add-special-tokens true|false]\n"
-                  "  Prints the token ids of the text as a JSON array.\n");
-      return 0;
-    }
-    if (!f.count("model")) throw Error("deepinfer tokenize: --model DIR is required");
-    if (f.count("text") == f.count("file")) throw Error("deepinfer tokenize: give exactly one of --text TEXT or --file F");
-    std::string text;
-    if (f.count("text")) {
-      text = f["text"];
-    } else {
-      std::ifstream in(f["file"], std::ios::binary);
-      if (!in) throw Error(f["file"] + ": cannot open");
-      std::stringstream ss;
-      ss << in.rdbuf();
-      text = ss.str();
-    }
-    auto tok = tokenizer::Tokenizer::load(f["model"]);
-    const bool add = f.count("add-special-tokens") ? parse_bool("add-special-tokens", f["add-special-tokens"]) : false;
-    std::vector<int32_t> ids = tok->encode(text, add);
-    std::string out = "[";
-    for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
-    std::printf("%s]\n", out.c_str());
+  auto f = parse_flags(args, {"model", "text", "file", "add-special-tokens"}, "tokenize");
+  if (f.count("help")) {
+    std::printf("deepinfer tokenize --model DIR (--text TEXT | --file F) [--add-special-tokens true|false]\n"
+                "  Prints the token ids of the text as a JSON array.\n");
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
-    return 2;
   }
+  if (!f.count("model")) throw Error("deepinfer tokenize: --model DIR is required");
+  if (f.count("text") == f.count("file")) throw Error("deepinfer tokenize: give exactly one of --text TEXT or --file F");
+  std::string text;
+  if (f.count("text")) {
+    text = f["text"];
+  } else {
+    std::ifstream in(f["file"], std::ios::binary);
+    if (!in) throw Error(f["file"] + ": cannot open");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  auto tok = tokenizer::Tokenizer::load(f["model"]);
+  const bool add = f.count("add-special-tokens") ? parse_bool("add-special-tokens", f["add-special-tokens"]) : false;
+  std::vector<int32_t> ids = tok->encode(text, add);
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  std::printf("%s]\n", out.c_str());
+  return 0;
 }
 
 int cmd_detokenize(const std::vector<std::string>& args) {
-  try {
-    auto f = parse_flags(args, {"model", "ids", "skip-special-tokens"}, "detokenize");
-    if (f.count("help")) {
-      std::printf("deepinfer detokenize --model DIR --ids 1,2,3 [--skip-special-tokens true|false]\n"
-                  "  Prints the text of the token ids.\n");
-      return 0;
-    }
-    if (!f.count("model")) throw Error("deepinfer detokenize: --model DIR is required");
-    if (!f.count("ids")) throw Error("deepinfer detokenize: --ids 1,2,3 is required");
-    auto tok = tokenizer::Tokenizer::load(f["model"]);
-    std::vector<int32_t> ids;
-    const std::string& s = f["ids"];
-    size_t start = 0;
-    while (start <= s.size() && !s.empty()) {
-      size_t comma = s.find(',', start);
-      std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      const int64_t v = parse_int("ids", item);
-      if (v < 0 || v >= tok->vocab_size())
-        throw Error("flag --ids: token id " + std::to_string(v) + " is outside the vocabulary [0, " +
-                    std::to_string(tok->vocab_size()) + ")");
-      ids.push_back(static_cast<int32_t>(v));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-    const bool skip = f.count("skip-special-tokens") ? parse_bool("skip-special-tokens", f["skip-special-tokens"]) : false;
-    std::printf("%s\n", tok->decode(ids, skip).c_str());
+  auto f = parse_flags(args, {"model", "ids", "skip-special-tokens"}, "detokenize");
+  if (f.count("help")) {
+    std::printf("deepinfer detokenize --model DIR --ids 1,2,3 [--skip-special-tokens true|false]\n"
+                "  Prints the text of the token ids.\n");
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
-    return 2;
   }
+  if (!f.count("model")) throw Error("deepinfer detokenize: --model DIR is required");
+  if (!f.count("ids")) throw Error("deepinfer detokenize: --ids 1,2,3 is required");
+  auto tok = tokenizer::Tokenizer::load(f["model"]);
+  std::vector<int32_t> ids;
+  const std::string& s = f["ids"];
+  size_t start = 0;
+  while (start <= s.size() && !s.empty()) {
+    size_t comma = s.find(',', start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const int64_t v = parse_int("ids", item);
+    if (v < 0 || v >= tok->vocab_size())
+      throw Error("flag --ids: token id " + std::to_string(v) + " is outside the vocabulary [0, " +
+                  std::to_string(tok->vocab_size()) + ")");
+    ids.push_back(static_cast<int32_t>(v));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  const bool skip = f.count("skip-special-tokens") ? parse_bool("skip-special-tokens", f["skip-special-tokens"]) : false;
+  std::printf("%s\n", tok->decode(ids, skip).c_str());
+  return 0;
 }
 
 }  // namespace deepinfer::cli

@@ -93,178 +93,163 @@ double percentile(std::vector<double> v, double q) {
 }  // namespace
 
 int cmd_generate(const std::vector<std::string>& args) {
-  try {
-    auto f = parse_flags(args, concat(concat(kEngineFlags, kSamplingFlags), {"prompt", "prompt-ids"}), "generate",
-                         {"exact-prefill", "ignore-eos"});
-    if (f.count("help")) {
-      std::printf("deepinfer generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [flags]\n  Streams the completion.\n%s",
-                  kSamplingHelp);
-      return 0;
-    }
-    if (f.count("prompt") == f.count("prompt-ids")) throw Error("deepinfer generate: give exactly one of --prompt or --prompt-ids");
-    EngineConfig ec = engine_config(f);
-    SamplingParams sp = sampling_params(f);
-    Request r;
-    r.request_id = "0";
-    r.params = sp;
-    if (f.count("prompt")) {
-      r.prompt.text = f["prompt"];
-    } else {
-      const std::string& s = f["prompt-ids"];
-      size_t start = 0;
-      while (start < s.size()) {
-        size_t comma = s.find(',', start);
-        r.prompt.token_ids.push_back(static_cast<int32_t>(parse_int("prompt-ids", s.substr(start, comma - start))));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-    }
-    LLM llm(ec);
-    const bool stream = sp.n == 1;
-    auto outs = llm.run({r}, nullptr, [&](size_t, int, const std::string& text) {
-      if (stream) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
-      }
-    });
-    const RequestOutput& o = outs[0];
-    if (!o.error.empty()) throw Error(o.error);
-    if (stream) {
-      std::printf("\n");
-    } else {
-      for (const auto& c : o.outputs) std::printf("[%d] %s\n", c.index, c.text.c_str());
-    }
-    for (const auto& c : o.outputs)
-      std::fprintf(stderr, "[completion %d: %zu tokens, finish %s%s%s]\n", c.index, c.token_ids.size(),
-                   to_string(c.finish_reason), c.stop_reason.empty() ? "" : ", stop ", c.stop_reason.c_str());
+  auto f = parse_flags(args, concat(concat(kEngineFlags, kSamplingFlags), {"prompt", "prompt-ids"}), "generate",
+                       {"exact-prefill", "ignore-eos"});
+  if (f.count("help")) {
+    std::printf("deepinfer generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [flags]\n  Streams the completion.\n%s",
+                kSamplingHelp);
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
-    return 2;
   }
+  if (f.count("prompt") == f.count("prompt-ids")) throw Error("deepinfer generate: give exactly one of --prompt or --prompt-ids");
+  EngineConfig ec = engine_config(f);
+  SamplingParams sp = sampling_params(f);
+  Request r;
+  r.request_id = "0";
+  r.params = sp;
+  if (f.count("prompt")) {
+    r.prompt.text = f["prompt"];
+  } else {
+    const std::string& s = f["prompt-ids"];
+    size_t start = 0;
+    while (start < s.size()) {
+      size_t comma = s.find(',', start);
+      r.prompt.token_ids.push_back(static_cast<int32_t>(parse_int("prompt-ids", s.substr(start, comma - start))));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  LLM llm(ec);
+  const bool stream = sp.n == 1;
+  auto outs = llm.run({r}, nullptr, [&](size_t, int, const std::string& text) {
+    if (stream) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    }
+  });
+  const RequestOutput& o = outs[0];
+  if (!o.error.empty()) throw Error(o.error);
+  if (stream) {
+    std::printf("\n");
+  } else {
+    for (const auto& c : o.outputs) std::printf("[%d] %s\n", c.index, c.text.c_str());
+  }
+  for (const auto& c : o.outputs)
+    std::fprintf(stderr, "[completion %d: %zu tokens, finish %s%s%s]\n", c.index, c.token_ids.size(),
+                 to_string(c.finish_reason), c.stop_reason.empty() ? "" : ", stop ", c.stop_reason.c_str());
+  return 0;
 }
 
 int cmd_chat(const std::vector<std::string>& args) {
-  try {
-    auto f = parse_flags(args, concat(concat(kEngineFlags, kSamplingFlags), {"thinking", "reasoning-effort", "system"}), "chat",
-                         {"exact-prefill", "ignore-eos", "thinking"});
-    if (f.count("help")) {
-      std::printf("deepinfer chat --model DIR [--system TEXT] [--thinking] [--reasoning-effort E] [flags]\n"
-                  "  Interactive chat with DeepSeek-V4.1's chat encoding; an empty line or EOF ends it.\n%s",
-                  kSamplingHelp);
-      return 0;
-    }
-    EngineConfig ec = engine_config(f);
-    SamplingParams sp = sampling_params(f);
-    ChatOptions co;
-    if (f.count("thinking")) co.thinking = parse_bool("thinking", f["thinking"]);
-    if (f.count("reasoning-effort")) co.reasoning_effort = f["reasoning-effort"];
-    LLM llm(ec);
-    std::vector<ChatMessage> conv;
-    if (f.count("system")) conv.push_back({"system", f["system"], ""});
-    const bool tty = isatty(STDIN_FILENO) != 0;
-    for (std::string line;;) {
-      if (tty) std::fprintf(stderr, "> ");
-      if (!std::getline(std::cin, line) || line.empty()) break;
-      conv.push_back({"user", line, ""});
-      Request r;
-      r.messages = conv;
-      r.chat_options = co;
-      r.params = sp;
-      auto outs = llm.run({r}, nullptr, [&](size_t, int, const std::string& text) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
-      });
-      std::printf("\n");
-      if (!outs[0].error.empty()) throw Error(outs[0].error);
-      conv.push_back({"assistant", outs[0].outputs[0].text, ""});
-    }
+  auto f = parse_flags(args, concat(concat(kEngineFlags, kSamplingFlags), {"thinking", "reasoning-effort", "system"}), "chat",
+                       {"exact-prefill", "ignore-eos", "thinking"});
+  if (f.count("help")) {
+    std::printf("deepinfer chat --model DIR [--system TEXT] [--thinking] [--reasoning-effort E] [flags]\n"
+                "  Interactive chat with DeepSeek-V4.1's chat encoding; an empty line or EOF ends it.\n%s",
+                kSamplingHelp);
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
-    return 2;
   }
+  EngineConfig ec = engine_config(f);
+  SamplingParams sp = sampling_params(f);
+  ChatOptions co;
+  if (f.count("thinking")) co.thinking = parse_bool("thinking", f["thinking"]);
+  if (f.count("reasoning-effort")) co.reasoning_effort = f["reasoning-effort"];
+  LLM llm(ec);
+  std::vector<ChatMessage> conv;
+  if (f.count("system")) conv.push_back({"system", f["system"], ""});
+  const bool tty = isatty(STDIN_FILENO) != 0;
+  for (std::string line;;) {
+    if (tty) std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line) || line.empty()) break;
+    conv.push_back({"user", line, ""});
+    Request r;
+    r.messages = conv;
+    r.chat_options = co;
+    r.params = sp;
+    auto outs = llm.run({r}, nullptr, [&](size_t, int, const std::string& text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    });
+    std::printf("\n");
+    if (!outs[0].error.empty()) throw Error(outs[0].error);
+    conv.push_back({"assistant", outs[0].outputs[0].text, ""});
+  }
+  return 0;
 }
 
 int cmd_run_batch(const std::vector<std::string>& args) {
-  try {
-    auto f = parse_flags(args, concat(kEngineFlags, {"input", "output", "metrics"}), "run-batch", {"exact-prefill"});
-    if (f.count("help")) {
-      std::printf("deepinfer run-batch --model DIR --input IN.jsonl --output OUT.jsonl [--exact-prefill] [--metrics FILE]\n"
-                  "  One output line per input line, in input order; malformed lines get an error line.\n%s",
-                  kSamplingHelp);
-      return 0;
-    }
-    if (!f.count("input")) throw Error("deepinfer run-batch: --input IN.jsonl is required");
-    if (!f.count("output")) throw Error("deepinfer run-batch: --output OUT.jsonl is required");
-    std::ifstream in(f["input"]);
-    if (!in) throw Error(f["input"] + ": cannot open");
-    std::vector<Request> reqs;
-    size_t line_no = 0;
-    for (std::string line; std::getline(in, line);) {
-      ++line_no;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines are not requests
-      reqs.push_back(api::parse_batch_line(line, line_no));
-    }
-    std::ofstream out(f["output"]);
-    if (!out) throw Error(f["output"] + ": cannot open for writing");
-    EngineConfig ec = engine_config(f);
-    LLM llm(ec);
-    const bool progress = isatty(STDERR_FILENO) != 0;
-    size_t done = 0;
-    std::vector<std::string> ids;
-    for (const auto& r : reqs) ids.push_back(r.request_id);
-    auto outs = llm.run(std::move(reqs), [&](size_t, const RequestOutput&) {
-      ++done;
-      if (progress) std::fprintf(stderr, "\r[%zu/%zu] requests done", done, ids.size());
-    });
-    if (progress) std::fprintf(stderr, "\n");
-    std::vector<double> ttft;
-    int64_t errors = 0, tok_in = 0, tok_out = 0;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      out << api::format_batch_output(ids[i], outs[i]) << "\n";
-      if (!outs[i].error.empty()) {
-        ++errors;
-        continue;
-      }
-      tok_in += static_cast<int64_t>(outs[i].prompt_token_ids.size());
-      for (const auto& c : outs[i].outputs) tok_out += static_cast<int64_t>(c.token_ids.size());
-      ttft.push_back(outs[i].metrics.first_token_s);
-    }
-    out.close();
-    const EngineStats& st = llm.last_stats();
-    nlohmann::json m = {{"requests", outs.size()},
-                        {"errors", errors},
-                        {"prompt_tokens", tok_in},
-                        {"completion_tokens", tok_out},
-                        {"wall_s", st.wall_s},
-                        {"prompt_tokens_per_s", st.wall_s > 0 ? static_cast<double>(tok_in) / st.wall_s : 0.0},
-                        {"completion_tokens_per_s", st.wall_s > 0 ? static_cast<double>(tok_out) / st.wall_s : 0.0},
-                        {"ttft_p50_s", percentile(ttft, 0.5)},
-                        {"ttft_p99_s", percentile(ttft, 0.99)},
-                        {"steps", st.steps},
-                        {"preemptions", st.preemptions},
-                        {"time_schedule_s", st.schedule_s},
-                        {"time_model_s", st.model_s},
-                        {"time_sample_s", st.sample_s},
-                        {"time_commit_s", st.commit_s}};
-    std::fprintf(stderr,
-                 "run-batch: %zu requests (%lld errors), %lld prompt + %lld completion tokens in %.2f s = %.1f + %.1f tokens/s; "
-                 "TTFT p50 %.3f s, p99 %.3f s\n",
-                 outs.size(), static_cast<long long>(errors), static_cast<long long>(tok_in), static_cast<long long>(tok_out),
-                 st.wall_s, m["prompt_tokens_per_s"].get<double>(), m["completion_tokens_per_s"].get<double>(),
-                 percentile(ttft, 0.5), percentile(ttft, 0.99));
-    if (f.count("metrics")) {
-      std::ofstream mf(f["metrics"]);
-      if (!mf) throw Error(f["metrics"] + ": cannot open for writing");
-      mf << m.dump(2) << "\n";
-    }
+  auto f = parse_flags(args, concat(kEngineFlags, {"input", "output", "metrics"}), "run-batch", {"exact-prefill"});
+  if (f.count("help")) {
+    std::printf("deepinfer run-batch --model DIR --input IN.jsonl --output OUT.jsonl [--exact-prefill] [--metrics FILE]\n"
+                "  One output line per input line, in input order; malformed lines get an error line.\n%s",
+                kSamplingHelp);
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
-    return 2;
   }
+  if (!f.count("input")) throw Error("deepinfer run-batch: --input IN.jsonl is required");
+  if (!f.count("output")) throw Error("deepinfer run-batch: --output OUT.jsonl is required");
+  std::ifstream in(f["input"]);
+  if (!in) throw Error(f["input"] + ": cannot open");
+  std::vector<Request> reqs;
+  size_t line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines are not requests
+    reqs.push_back(api::parse_batch_line(line, line_no));
+  }
+  std::ofstream out(f["output"]);
+  if (!out) throw Error(f["output"] + ": cannot open for writing");
+  EngineConfig ec = engine_config(f);
+  LLM llm(ec);
+  const bool progress = isatty(STDERR_FILENO) != 0;
+  size_t done = 0;
+  std::vector<std::string> ids;
+  for (const auto& r : reqs) ids.push_back(r.request_id);
+  auto outs = llm.run(std::move(reqs), [&](size_t, const RequestOutput&) {
+    ++done;
+    if (progress) std::fprintf(stderr, "\r[%zu/%zu] requests done", done, ids.size());
+  });
+  if (progress) std::fprintf(stderr, "\n");
+  std::vector<double> ttft;
+  int64_t errors = 0, tok_in = 0, tok_out = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    out << api::format_batch_output(ids[i], outs[i]) << "\n";
+    if (!outs[i].error.empty()) {
+      ++errors;
+      continue;
+    }
+    tok_in += static_cast<int64_t>(outs[i].prompt_token_ids.size());
+    for (const auto& c : outs[i].outputs) tok_out += static_cast<int64_t>(c.token_ids.size());
+    ttft.push_back(outs[i].metrics.first_token_s);
+  }
+  out.close();
+  const EngineStats& st = llm.last_stats();
+  nlohmann::json m = {{"requests", outs.size()},
+                      {"errors", errors},
+                      {"prompt_tokens", tok_in},
+                      {"completion_tokens", tok_out},
+                      {"wall_s", st.wall_s},
+                      {"prompt_tokens_per_s", st.wall_s > 0 ? static_cast<double>(tok_in) / st.wall_s : 0.0},
+                      {"completion_tokens_per_s", st.wall_s > 0 ? static_cast<double>(tok_out) / st.wall_s : 0.0},
+                      {"ttft_p50_s", percentile(ttft, 0.5)},
+                      {"ttft_p99_s", percentile(ttft, 0.99)},
+                      {"steps", st.steps},
+                      {"preemptions", st.preemptions},
+                      {"time_schedule_s", st.schedule_s},
+                      {"time_model_s", st.model_s},
+                      {"time_sample_s", st.sample_s},
+                      {"time_commit_s", st.commit_s}};
+  std::fprintf(stderr,
+               "run-batch: %zu requests (%lld errors), %lld prompt + %lld completion tokens in %.2f s = %.1f + %.1f tokens/s; "
+               "TTFT p50 %.3f s, p99 %.3f s\n",
+               outs.size(), static_cast<long long>(errors), static_cast<long long>(tok_in), static_cast<long long>(tok_out),
+               st.wall_s, m["prompt_tokens_per_s"].get<double>(), m["completion_tokens_per_s"].get<double>(),
+               percentile(ttft, 0.5), percentile(ttft, 0.99));
+  if (f.count("metrics")) {
+    std::ofstream mf(f["metrics"]);
+    if (!mf) throw Error(f["metrics"] + ": cannot open for writing");
+    mf << m.dump(2) << "\n";
+  }
+  return 0;
 }
 
 }  // namespace deepinfer::cli

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/error.h"
 
 namespace {
 void usage() {
@@ -49,10 +50,14 @@ static int run(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  // Subcommands report bad input as deepinfer::Error themselves; anything else that escapes
-  // (out of memory, a system error) still ends with a message and a non-zero status.
+  // Subcommands report bad input by throwing deepinfer::Error (exit 2); anything else that
+  // escapes (out of memory, a system error) still ends with a message and status 1.
   try {
     return run(argc, argv);
+  } catch (const deepinfer::Error& e) {
+    // Bad input (a flag, a file, a value): the message names it.
+    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
     return 1;

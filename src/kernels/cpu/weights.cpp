@@ -61,27 +61,28 @@ void dequant_fp4_scalar(const uint8_t* q, float sc, int64_t begin, int64_t end, 
 
 // AVX2, a whole row at a time: e4m3 by bit arithmetic, e2m1 through a 16-entry byte table of
 // twice the magnitude. Each lane gives exactly the scalar value.
-__attribute__((target("avx2"))) void dequant_fp8_row_avx2(const uint8_t* q, const uint8_t* s, int64_t k, float* out) {
-  const float* e8m0 = tables().e8m0;
+__attribute__((target("avx2"))) inline __m256 e4m3x8_avx2(const uint8_t* p, __m256 scale) {
   const __m256 sub_mul = _mm256_set1_ps(0x1p-9f);
   const __m256i x7f = _mm256_set1_epi32(0x7F), bias = _mm256_set1_epi32(120 << 23), eight = _mm256_set1_epi32(8),
                 qnan = _mm256_set1_epi32(0x7FC00000);
+  __m256i v8 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  __m256i em = _mm256_and_si256(v8, x7f);
+  __m256i sign = _mm256_slli_epi32(_mm256_andnot_si256(x7f, v8), 24);
+  __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(em, 20), bias);
+  normal = _mm256_blendv_epi8(normal, qnan, _mm256_cmpeq_epi32(em, x7f));
+  __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(em), sub_mul);
+  __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(eight, em)));
+  return _mm256_mul_ps(_mm256_or_ps(v, _mm256_castsi256_ps(sign)), scale);
+}
+
+__attribute__((target("avx2"))) void dequant_fp8_row_avx2(const uint8_t* q, const uint8_t* s, int64_t k, float* out) {
+  const float* e8m0 = tables().e8m0;
   for (int64_t b = 0; b < k; b += 32) {
     const float sc = e8m0[s[b / 32]];
     const __m256 scale = _mm256_set1_ps(sc);
     const int64_t e = std::min<int64_t>(k, b + 32);
     int64_t j = b;
-    for (; j + 8 <= e; j += 8) {
-      __m256i v8 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j)));
-      __m256i em = _mm256_and_si256(v8, x7f);
-      __m256i sign = _mm256_slli_epi32(_mm256_andnot_si256(x7f, v8), 24);
-      __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(em, 20), bias);
-      normal = _mm256_blendv_epi8(normal, qnan, _mm256_cmpeq_epi32(em, x7f));
-      __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(em), sub_mul);
-      __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(eight, em)));
-      v = _mm256_or_ps(v, _mm256_castsi256_ps(sign));
-      _mm256_storeu_ps(out + j, _mm256_mul_ps(v, scale));
-    }
+    for (; j + 8 <= e; j += 8) _mm256_storeu_ps(out + j, e4m3x8_avx2(q + j, scale));
     dequant_fp8_scalar(q + j, sc, e - j, out + j);
   }
 }
@@ -115,20 +116,6 @@ __attribute__((target("avx2"))) void dequant_fp4_row_avx2(const uint8_t* q, cons
 // arithmetic of cpu::dot over the dequantised row: 16 lane accumulators (here two 8-wide
 // halves), products added in order, the same tail and reduction tree. Returns false when the
 // format has no fused path.
-__attribute__((target("avx2"))) inline __m256 e4m3x8_avx2(const uint8_t* p, __m256 scale) {
-  const __m256 sub_mul = _mm256_set1_ps(0x1p-9f);
-  const __m256i x7f = _mm256_set1_epi32(0x7F), bias = _mm256_set1_epi32(120 << 23), eight = _mm256_set1_epi32(8),
-                qnan = _mm256_set1_epi32(0x7FC00000);
-  __m256i v8 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  __m256i em = _mm256_and_si256(v8, x7f);
-  __m256i sign = _mm256_slli_epi32(_mm256_andnot_si256(x7f, v8), 24);
-  __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(em, 20), bias);
-  normal = _mm256_blendv_epi8(normal, qnan, _mm256_cmpeq_epi32(em, x7f));
-  __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(em), sub_mul);
-  __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(eight, em)));
-  return _mm256_mul_ps(_mm256_or_ps(v, _mm256_castsi256_ps(sign)), scale);
-}
-
 __attribute__((target("avx2"))) float dot_fp8_avx2(const float* x, const uint8_t* q, const uint8_t* s, int64_t k) {
   const float* e8m0 = tables().e8m0;
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
