@@ -152,7 +152,7 @@ void analyse(PdaTables& p, const std::vector<uint8_t>& final) {
   for (bool changed = true; changed;) {
     changed = false;
     for (auto& r : p.rules) {
-      if (r.nullable) continue;
+      if (r.nullable || r.start < 0) continue;
       zero_closure(r.start, clo);
       for (int32_t s : clo) {
         if (p.has(s, PdaTables::kFinal)) {
@@ -166,6 +166,7 @@ void analyse(PdaTables& p, const std::vector<uint8_t>& final) {
   // Left recursion: rule R calls rule Q before consuming a byte; a cycle is an error.
   std::vector<std::vector<int32_t>> left(n_rules);
   for (size_t r = 0; r < n_rules; ++r) {
+    if (p.rules[r].start < 0) continue;
     zero_closure(p.rules[r].start, clo);
     for (int32_t s : clo) {
       for (const auto& c : calls_of(s)) left[r].push_back(c.rule);
@@ -215,7 +216,7 @@ void analyse(PdaTables& p, const std::vector<uint8_t>& final) {
       }
     }
   }
-  for (auto& r : p.rules) r.min_bytes = p.min_bytes_to_end[static_cast<size_t>(r.start)];
+  for (auto& r : p.rules) r.min_bytes = r.start < 0 ? kInf : p.min_bytes_to_end[static_cast<size_t>(r.start)];
   for (int32_t s = 0; s < n; ++s) {
     for (const auto& c : calls_of(s)) {
       auto& sites = p.rules[static_cast<size_t>(c.rule)].return_sites;
@@ -248,7 +249,7 @@ PdaTables build_pda(const Grammar& g, const BuildOptions& opts) {
   // Minimise (exact equivalence, rule by rule).
   std::vector<int32_t> cls(static_cast<size_t>(live.size()));
   for (int32_t s = 0; s < live.size(); ++s) cls[static_cast<size_t>(s)] = live.rule_of[static_cast<size_t>(s)] * 2 + live.final[static_cast<size_t>(s)];
-  const int32_t n_min = detail::refine_partition(live, cls, int64_t{1} << 40);
+  const int32_t n_min = detail::minimize_exact(live, cls);
   PdaTables p;
   p.n_states = n_min;
   p.n_classes = live.n_classes;

@@ -20,24 +20,6 @@ struct VecHash {
   }
 };
 
-void eps_closure(const Nfa& nfa, std::vector<int32_t>& set, std::vector<uint8_t>& mark) {
-  std::vector<int32_t> stack(set.begin(), set.end());
-  for (int32_t s : set) mark[static_cast<size_t>(s)] = 1;
-  while (!stack.empty()) {
-    int32_t s = stack.back();
-    stack.pop_back();
-    for (int32_t t : nfa.states[static_cast<size_t>(s)].eps) {
-      if (!mark[static_cast<size_t>(t)]) {
-        mark[static_cast<size_t>(t)] = 1;
-        set.push_back(t);
-        stack.push_back(t);
-      }
-    }
-  }
-  for (int32_t s : set) mark[static_cast<size_t>(s)] = 0;
-  std::sort(set.begin(), set.end());
-}
-
 }  // namespace
 
 void compute_byte_classes(const std::vector<Nfa>& nfas, RawTables* t) {
@@ -61,20 +43,60 @@ void compute_byte_classes(const std::vector<Nfa>& nfas, RawTables* t) {
 
 void append_dfa(const Nfa& nfa, int32_t rule, const InlinePlan& plan, RawTables* t, int64_t max_states) {
   const int32_t nc = t->n_classes;
-  std::vector<uint8_t> mark(nfa.states.size(), 0);
+  const size_t n_nfa = nfa.states.size();
+  // A DFA state is identified by the "important" NFA states of its closure: those with a
+  // byte or call edge, and the end. Their epsilon closures are memoised per NFA state.
+  auto important = [&](int32_t s) {
+    const NfaState& ns = nfa.states[static_cast<size_t>(s)];
+    return !ns.bytes.empty() || !ns.calls.empty() || s == nfa.end;
+  };
+  std::vector<std::vector<int32_t>> closure(n_nfa);
+  std::vector<uint8_t> done(n_nfa, 0), mark(n_nfa, 0);
+  std::vector<int32_t> stack, seen;
+  auto closure_of = [&](int32_t s0) -> const std::vector<int32_t>& {
+    auto& out = closure[static_cast<size_t>(s0)];
+    if (done[static_cast<size_t>(s0)]) return out;
+    done[static_cast<size_t>(s0)] = 1;
+    stack.assign(1, s0);
+    seen.assign(1, s0);
+    mark[static_cast<size_t>(s0)] = 1;
+    while (!stack.empty()) {
+      int32_t s = stack.back();
+      stack.pop_back();
+      if (important(s)) out.push_back(s);
+      for (int32_t x : nfa.states[static_cast<size_t>(s)].eps) {
+        if (!mark[static_cast<size_t>(x)]) {
+          mark[static_cast<size_t>(x)] = 1;
+          seen.push_back(x);
+          stack.push_back(x);
+        }
+      }
+    }
+    for (int32_t x : seen) mark[static_cast<size_t>(x)] = 0;
+    std::sort(out.begin(), out.end());
+    return out;
+  };
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
   std::vector<std::vector<int32_t>> sets;
   const int32_t base = t->size();
-  auto intern = [&](std::vector<int32_t> set) -> int32_t {
-    eps_closure(nfa, set, mark);
-    auto it = ids.find(set);
+  std::vector<int32_t> merged;
+  // `targets`: NFA states entered by one transition.
+  auto intern = [&](const std::vector<int32_t>& targets) -> int32_t {
+    merged.clear();
+    for (int32_t x : targets) {
+      const auto& c = closure_of(x);
+      merged.insert(merged.end(), c.begin(), c.end());
+    }
+    std::sort(merged.begin(), merged.end());
+    merged.erase(std::unique(merged.begin(), merged.end()), merged.end());
+    auto it = ids.find(merged);
     if (it != ids.end()) return it->second;
     int32_t id = base + static_cast<int32_t>(sets.size());
     if (id >= max_states) {
       throw Error("grammar too large: more than " + std::to_string(max_states) + " DFA states");
     }
-    ids.emplace(set, id);
-    sets.push_back(std::move(set));
+    ids.emplace(merged, id);
+    sets.push_back(merged);
     t->next.resize(t->next.size() + static_cast<size_t>(nc), -1);
     t->final.push_back(0);
     t->rule_of.push_back(rule);
@@ -101,69 +123,20 @@ void append_dfa(const Nfa& nfa, int32_t rule, const InlinePlan& plan, RawTables*
     for (int32_t c = 0; c < nc; ++c) {
       auto& b = buckets[static_cast<size_t>(c)];
       if (b.empty()) continue;
-      std::sort(b.begin(), b.end());
-      b.erase(std::unique(b.begin(), b.end()), b.end());
+      // Classes with the same target set share one intern.
+      if (c > 0 && b == buckets[static_cast<size_t>(c) - 1]) {
+        t->next[static_cast<size_t>(id) * static_cast<size_t>(nc) + static_cast<size_t>(c)] =
+            t->next[static_cast<size_t>(id) * static_cast<size_t>(nc) + static_cast<size_t>(c) - 1];
+        continue;
+      }
       int32_t to = intern(b);
       t->next[static_cast<size_t>(id) * static_cast<size_t>(nc) + static_cast<size_t>(c)] = to;
     }
     for (auto& [grule, targets] : call_buckets) {
-      std::sort(targets.begin(), targets.end());
-      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
       int32_t to = intern(targets);
       t->calls[static_cast<size_t>(id)].push_back({plan.compiled_id[static_cast<size_t>(grule)], to});
     }
   }
-}
-
-int32_t refine_partition(const RawTables& t, std::vector<int32_t>& cls, int64_t max_levels) {
-  const int32_t n = t.size();
-  const size_t nc = static_cast<size_t>(t.n_classes);
-  auto count = [&](const std::vector<int32_t>& c) {
-    int32_t m = -1;
-    for (int32_t x : c) m = std::max(m, x);
-    return m + 1;
-  };
-  // Renumber the initial classes densely.
-  {
-    std::unordered_map<int32_t, int32_t> remap;
-    for (auto& c : cls) c = remap.emplace(c, static_cast<int32_t>(remap.size())).first->second;
-  }
-  int32_t n_cls = count(cls);
-  std::vector<int32_t> sig;
-  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
-  std::vector<std::pair<int32_t, int32_t>> call_sig;
-  for (int64_t level = 0; level < max_levels; ++level) {
-    const std::vector<int32_t> prev = cls;
-    const int32_t n_prev = n_cls;
-    std::vector<int32_t> cur = cls;
-    int32_t n_cur = n_cls;
-    for (;;) {  // inner fixpoint: calls compare at the current level
-      ids.clear();
-      std::vector<int32_t> nxt(static_cast<size_t>(n));
-      for (int32_t s = 0; s < n; ++s) {
-        sig.clear();
-        sig.push_back(cur[static_cast<size_t>(s)]);
-        const int32_t* row = &t.next[static_cast<size_t>(s) * nc];
-        for (size_t c = 0; c < nc; ++c) sig.push_back(row[c] < 0 ? -1 : prev[static_cast<size_t>(row[c])]);
-        call_sig.clear();
-        for (const auto& call : t.calls[static_cast<size_t>(s)]) call_sig.push_back({call.rule, cur[static_cast<size_t>(call.ret)]});
-        std::sort(call_sig.begin(), call_sig.end());
-        for (auto [r, c] : call_sig) {
-          sig.push_back(r);
-          sig.push_back(c);
-        }
-        nxt[static_cast<size_t>(s)] = ids.emplace(sig, static_cast<int32_t>(ids.size())).first->second;
-      }
-      int32_t n_nxt = static_cast<int32_t>(ids.size());
-      cur = std::move(nxt);
-      if (n_nxt == n_cur) break;
-      n_cur = n_nxt;
-    }
-    cls = std::move(cur);
-    n_cls = n_cur;
-    if (n_cls == n_prev && level > 0) break;
-  }
-  return n_cls;
 }
 
 }  // namespace deepinfer::grammar::detail

@@ -58,7 +58,11 @@ void compute_byte_classes(const std::vector<Nfa>& nfas, RawTables* t);
 // Subset construction of nfas[r] appended to `t` (rule r's start recorded).
 void append_dfa(const Nfa& nfa, int32_t rule, const InlinePlan& plan, RawTables* t, int64_t max_states);
 
-// Partition refinement. `cls` [n]: the initial classes (refined in place). Each level
+// Exact minimisation (Hopcroft): `cls` [n] holds the initial classes and receives the
+// final ones (numbered by first state). Returns the number of classes.
+int32_t minimize_exact(const RawTables& t, std::vector<int32_t>& cls);
+
+// Bounded partition refinement (Moore levels). `cls` [n]: the initial classes (refined in place). Each level
 // splits by (class, classes of byte successors from the previous level, (rule, class of
 // return state) of calls at the current level); stops after `max_levels` levels or when a
 // level changes nothing. Returns the number of classes.

@@ -196,6 +196,14 @@ std::string class_char(uint32_t cp) {
   return std::string(1, static_cast<char>(cp));
 }
 
+// a + b + c without `const char* + std::string&&` (GCC 12 warns falsely on it: -Wrestrict).
+std::string wrap(const char* a, const std::string& b, const char* c) {
+  std::string s = a;
+  s += b;
+  s += c;
+  return s;
+}
+
 class Printer {
  public:
   explicit Printer(const Grammar& g) : g_(g) {}
@@ -204,35 +212,48 @@ class Printer {
     const Expr& e = g_.expr(id);
     switch (e.kind) {
       case ExprKind::kEmpty: return "\"\"";
-      case ExprKind::kLiteral: return "\"" + ebnf_quote(e.literal) + "\"";
+      case ExprKind::kLiteral: return wrap("\"", ebnf_quote(e.literal), "\"");
       case ExprKind::kCharClass: {
         if (e.ranges.empty()) return "[^\\x00-\\U0010FFFF]";
         std::string s = "[";
         for (const auto& r : e.ranges) {
           s += class_char(r.lo);
-          if (r.hi != r.lo) s += "-" + class_char(r.hi);
+          if (r.hi != r.lo) {
+            s += '-';
+            s += class_char(r.hi);
+          }
         }
         return s + "]";
       }
       case ExprKind::kRuleRef: return g_.rule(e.rule).name;
       case ExprKind::kSeq: {
         std::string s;
-        for (size_t i = 0; i < e.children.size(); ++i) s += (i ? " " : "") + print(e.children[i], 1);
-        return prec >= 2 ? "(" + s + ")" : s;
+        for (size_t i = 0; i < e.children.size(); ++i) {
+          if (i) s += ' ';
+          s += print(e.children[i], 1);
+        }
+        return prec >= 2 ? wrap("(", s, ")") : s;
       }
       case ExprKind::kAlt: {
         std::string s;
-        for (size_t i = 0; i < e.children.size(); ++i) s += (i ? " | " : "") + print(e.children[i], 0);
-        return prec >= 1 ? "(" + s + ")" : s;
+        for (size_t i = 0; i < e.children.size(); ++i) {
+          if (i) s += " | ";
+          s += print(e.children[i], 0);
+        }
+        return prec >= 1 ? wrap("(", s, ")") : s;
       }
       case ExprKind::kRepeat: {
         std::string s = print(e.children[0], 2);
         if (e.min == 0 && e.max == 1) return s + "?";
         if (e.min == 0 && e.max == kUnbounded) return s + "*";
         if (e.min == 1 && e.max == kUnbounded) return s + "+";
-        if (e.max == kUnbounded) return s + "{" + std::to_string(e.min) + ",}";
-        if (e.min == e.max) return s + "{" + std::to_string(e.min) + "}";
-        return s + "{" + std::to_string(e.min) + "," + std::to_string(e.max) + "}";
+        s += '{';
+        s += std::to_string(e.min);
+        if (e.max == kUnbounded) return s + ",}";
+        if (e.min == e.max) return s + "}";
+        s += ',';
+        s += std::to_string(e.max);
+        return s + "}";
       }
     }
     return "";

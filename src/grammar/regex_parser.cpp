@@ -261,8 +261,12 @@ class RegexParser {
       std::vector<CodeRange> set;
       if (s_[pos_] == '\\') {
         ++pos_;
+        const char shorthand = pos_ < s_.size() ? s_[pos_] : '\0';
         if (parse_escape(&lo, &set, &ascii_only, true)) {
-          if (set == kDigit || set == kWord) ascii_only = true;
+          // Negated classes keep outputs valid under both engines: with \d or \w they stay
+          // in ASCII; \s removes every engine's white space; \S keeps only ASCII space.
+          if (shorthand == 'd' || shorthand == 'w' || shorthand == 'S') ascii_only = true;
+          if (shorthand == 's' && negated) set = kAnySpace;
           ranges.insert(ranges.end(), set.begin(), set.end());
           continue;
         }
@@ -296,14 +300,15 @@ class RegexParser {
       if (pos_ < s_.size() && s_[pos_] == ':') {
         ++pos_;
       } else if (pos_ < s_.size() && (s_[pos_] == '<' || s_[pos_] == 'P')) {
-        if (s_[pos_] == 'P') ++pos_;
-        if (pos_ < s_.size() && (s_[pos_] == '=' || s_[pos_] == '!')) fail_at(at, "lookbehind is not supported");
-        if (pos_ >= s_.size() || s_[pos_] != '<') {
-          fail_at(at, s_.substr(at, 4) == "(?P=" ? "back-reference (?P=name) is not supported" : "unknown group syntax");
-        }
+        const bool python = s_[pos_] == 'P';
         ++pos_;
+        if (python && pos_ < s_.size() && s_[pos_] == '=') fail_at(at, "back-reference (?P=name) is not supported");
+        if (python && (pos_ >= s_.size() || s_[pos_] != '<')) fail_at(at, "unknown group syntax");
+        if (python) ++pos_;
+        if (!python && pos_ < s_.size() && (s_[pos_] == '=' || s_[pos_] == '!')) fail_at(at, "lookbehind is not supported");
+        const size_t name_at = pos_;
         while (pos_ < s_.size() && s_[pos_] != '>') ++pos_;
-        if (pos_ >= s_.size()) fail_at(at, "unterminated group name");
+        if (pos_ >= s_.size() || pos_ == name_at) fail_at(at, "unterminated or empty group name");
         ++pos_;
       } else if (pos_ < s_.size() && (s_[pos_] == '=' || s_[pos_] == '!')) {
         fail_at(at, "lookahead is not supported");

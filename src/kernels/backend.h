@@ -231,9 +231,14 @@ class Backend {
   virtual void router(const RouterArgs& a) = 0;
   virtual void swiglu(const SwigluArgs& a) = 0;
   virtual void engram_gate(const EngramGateArgs& a) = 0;
+  // Waits for every op issued so far (device backends run them asynchronously).
+  virtual void synchronize() {}
 };
 
 // The CPU reference backend; n_threads <= 0 picks DEEPINFER_THREADS or the core count.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+// The CUDA backend (builds with DEEPINFER_CUDA=ON only): every pointer it is given is a device
+// pointer. One stream per backend; ops are asynchronous until synchronize().
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 
 }  // namespace deepinfer::kernels

@@ -1,0 +1,702 @@
+// JSON Schema -> Grammar (see grammar/json_schema.h for the supported subset).
+#include "grammar/json_schema.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "grammar/json_schema_layout.h"
+#include "grammar/json_string.h"
+#include "grammar/regex_parser.h"
+#include "grammar/utf8_ranges.h"
+
+namespace deepinfer::grammar {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+const std::set<std::string> kAnnotations = {
+    "title", "description", "default", "examples", "example", "$schema", "$id", "$comment", "deprecated", "readOnly",
+    "writeOnly", "$anchor", "contentEncoding", "contentMediaType", "$defs", "definitions"};
+const std::set<std::string> kKeywords = {
+    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems",
+    "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "uniqueItems"};
+// Keywords an enum/const value is checked against (anything else beside enum/const is an error).
+const std::set<std::string> kValueChecks = {"type", "enum", "const", "minimum", "maximum", "exclusiveMinimum",
+                                            "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems"};
+const std::set<std::string> kTypes = {"object", "array", "string", "integer", "number", "boolean", "null"};
+
+std::string at(const std::string& path) { return "JSON schema at " + path + ": "; }
+
+bool is_constraint(const std::string& k) { return kAnnotations.count(k) == 0; }
+
+// "name" as a JSON string literal (canonical escapes).
+std::string json_quoted(const std::string& name) {
+  std::string s = "\"";
+  s += json_escape(name);
+  s += '"';
+  return s;
+}
+
+class Converter {
+ public:
+  Converter(const ojson& root, const JsonSchemaOptions& o) : root_(root), o_(o) { layout_ = detail::make_layout(g_, o); }
+
+  Grammar run() {
+    int32_t root_rule = g_.declare_rule("root");
+    ref_rules_["#"] = root_rule;
+    g_.define_rule(root_rule, visit(root_, "#"));
+    g_.set_root(root_rule);
+    return std::move(g_);
+  }
+
+ private:
+  // ---------------------------------------------------------------- dispatch
+  int32_t visit(const ojson& s, const std::string& path) {
+    if (++depth_ > 200) throw Error(at(path) + "schema nested too deeply");
+    int32_t e = visit_inner(s, path);
+    --depth_;
+    return e;
+  }
+
+  int32_t visit_inner(const ojson& s, const std::string& path) {
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) throw Error(at(path) + "the schema 'false' accepts no value");
+      return any_value();
+    }
+    if (!s.is_object()) throw Error(at(path) + "a schema must be an object or a boolean");
+    check_keywords(s, path);
+    if (s.contains("$ref")) {
+      bool siblings = false;
+      for (auto& [k, v] : s.items()) siblings = siblings || (k != "$ref" && is_constraint(k));
+      if (!siblings) return g_.ref(ref_rule(s["$ref"], path));
+      return visit(merge_all(ojson::array({ojson{{"$ref", s["$ref"]}}, without(s, {"$ref"})}), path), path);
+    }
+    if (s.contains("allOf")) {
+      const ojson& all = s["allOf"];
+      if (!all.is_array() || all.empty()) throw Error(at(path) + "'allOf' must be a non-empty array");
+      ojson members = all;
+      members.push_back(without(s, {"allOf"}));
+      return visit(merge_all(members, path + "/allOf"), path + "/allOf");
+    }
+    for (const char* kw : {"anyOf", "oneOf"}) {
+      if (!s.contains(kw)) continue;
+      if (s.contains("anyOf") && s.contains("oneOf")) throw Error(at(path) + "both 'anyOf' and 'oneOf' are not supported");
+      const ojson& branches = s[kw];
+      if (!branches.is_array() || branches.empty()) throw Error(at(path) + "'" + kw + "' must be a non-empty array");
+      ojson base = without(s, {kw});
+      bool has_base = false;
+      for (auto& [k, v] : base.items()) has_base = has_base || is_constraint(k);
+      std::vector<int32_t> alts;
+      for (size_t i = 0; i < branches.size(); ++i) {
+        const std::string p = path + "/" + kw + "/" + std::to_string(i);
+        alts.push_back(has_base ? visit(merge_all(ojson::array({base, branches[i]}), p), p) : visit(branches[i], p));
+      }
+      return g_.alt(alts);
+    }
+    std::vector<std::string> types = types_of(s, path);
+    if (s.contains("const") || s.contains("enum")) {
+      for (auto& [k, v] : s.items()) {
+        if (is_constraint(k) && !kValueChecks.count(k)) {
+          throw Error(at(path) + "'enum'/'const' together with '" + k + "' is not supported");
+        }
+      }
+      ojson values = ojson::array();
+      if (s.contains("const")) {
+        values.push_back(s["const"]);
+      } else if (!s["enum"].is_array()) {
+        throw Error(at(path + "/enum") + "'enum' must be an array");
+      } else {
+        values = s["enum"];
+      }
+      std::vector<int32_t> alts;
+      for (const auto& v : values) {
+        if ((types.empty() || value_has_type(v, types)) && value_in_bounds(v, s)) alts.push_back(value_expr(v));
+      }
+      if (alts.empty()) {
+        throw Error(at(path) + (s.contains("const") ? "'const' does not match 'type' or the bounds"
+                                                    : "no 'enum' value matches the schema's type or bounds"));
+      }
+      return g_.alt(alts);
+    }
+    if (types.empty()) return any_value();
+    std::vector<int32_t> alts;
+    for (const auto& t : types) alts.push_back(type_expr(t, s, path));
+    return g_.alt(alts);
+  }
+
+  void check_keywords(const ojson& s, const std::string& path) {
+    for (auto& [k, v] : s.items()) {
+      if (kAnnotations.count(k) || kKeywords.count(k)) continue;
+      throw Error(at(path) + "keyword '" + k + "' is not supported");
+    }
+    if (s.contains("uniqueItems") && !(s["uniqueItems"].is_boolean() && !s["uniqueItems"].get<bool>())) {
+      throw Error(at(path) + "keyword 'uniqueItems' is not supported");
+    }
+  }
+
+  static ojson without(const ojson& s, std::initializer_list<const char*> keys) {
+    ojson o = s;
+    for (const char* k : keys) o.erase(k);
+    return o;
+  }
+
+  std::vector<std::string> types_of(const ojson& s, const std::string& path) {
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const ojson& t = s["type"];
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const auto& x : t) {
+          if (!x.is_string()) throw Error(at(path + "/type") + "'type' must be a string or an array of strings");
+          types.push_back(x.get<std::string>());
+        }
+      } else {
+        throw Error(at(path + "/type") + "'type' must be a string or a non-empty array of strings");
+      }
+      for (const auto& x : types) {
+        if (!kTypes.count(x)) throw Error(at(path + "/type") + "unknown type '" + x + "'");
+      }
+      return types;
+    }
+    auto has = [&](std::initializer_list<const char*> ks) {
+      for (const char* k : ks) {
+        if (s.contains(k)) return true;
+      }
+      return false;
+    };
+    if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
+    if (has({"items", "prefixItems", "additionalItems", "minItems", "maxItems"})) types.push_back("array");
+    if (has({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
+    if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) types.push_back("number");
+    return types;
+  }
+
+  static bool value_has_type(const ojson& v, const std::vector<std::string>& types) {
+    for (const auto& t : types) {
+      if ((t == "object" && v.is_object()) || (t == "array" && v.is_array()) || (t == "string" && v.is_string()) ||
+          (t == "number" && v.is_number()) || (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null())) {
+        return true;
+      }
+      if (t == "integer" && v.is_number() &&
+          (v.is_number_integer() || (std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>())))) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The bounds of `s` that apply to `v`'s type hold.
+  static bool value_in_bounds(const ojson& v, const ojson& s) {
+    if (v.is_number()) {
+      const detail::Decimal x = detail::decimal_of(v);
+      auto cmp = [&](const char* k) { return detail::compare_decimal(x, detail::decimal_of(s[k])); };
+      auto num = [&](const char* k) { return s.contains(k) && s[k].is_number(); };
+      auto flag = [&](const char* k) { return s.contains(k) && s[k].is_boolean() && s[k].get<bool>(); };
+      if (num("minimum") && cmp("minimum") < (flag("exclusiveMinimum") ? 1 : 0)) return false;
+      if (num("maximum") && cmp("maximum") > (flag("exclusiveMaximum") ? -1 : 0)) return false;
+      if (num("exclusiveMinimum") && cmp("exclusiveMinimum") <= 0) return false;
+      if (num("exclusiveMaximum") && cmp("exclusiveMaximum") >= 0) return false;
+    }
+    auto count_ok = [&](size_t n, const char* lo, const char* hi) {
+      if (s.contains(lo) && s[lo].is_number_integer() && static_cast<int64_t>(n) < s[lo].get<int64_t>()) return false;
+      if (s.contains(hi) && s[hi].is_number_integer() && static_cast<int64_t>(n) > s[hi].get<int64_t>()) return false;
+      return true;
+    };
+    if (v.is_string()) {
+      size_t n = 0;
+      for (unsigned char c : v.get_ref<const std::string&>()) n += (c & 0xC0) != 0x80;
+      if (!count_ok(n, "minLength", "maxLength")) return false;
+    }
+    if (v.is_array() && !count_ok(v.size(), "minItems", "maxItems")) return false;
+    return true;
+  }
+
+  int32_t as_rule(const char* prefix, int32_t expr) {
+    int32_t r = g_.new_rule(prefix);
+    g_.define_rule(r, expr);
+    return g_.ref(r);
+  }
+
+  int32_t any_value() { return g_.ref(detail::json_value_rule(g_, layout_)); }
+
+  int32_t type_expr(const std::string& t, const ojson& s, const std::string& path) {
+    if (t == "object") return as_rule("object", object_expr(s, path));
+    if (t == "array") return as_rule("array", array_expr(s, path));
+    if (t == "string") return string_expr(s, path);
+    if (t == "integer" || t == "number") return number_expr(s, path, t == "integer");
+    if (t == "boolean") return g_.alt({g_.literal("true"), g_.literal("false")});
+    return g_.literal("null");
+  }
+
+  // ---------------------------------------------------------------- values
+  int32_t value_expr(const ojson& v) {
+    if (v.is_object()) {
+      std::vector<int32_t> members;
+      for (auto& [k, x] : v.items()) members.push_back(g_.seq({g_.literal(json_quoted(k)), layout_.colon, value_expr(x)}));
+      return bracketed("{", members, "}");
+    }
+    if (v.is_array()) {
+      std::vector<int32_t> items;
+      for (const auto& x : v) items.push_back(value_expr(x));
+      return bracketed("[", items, "]");
+    }
+    if (v.is_string()) return g_.literal(json_quoted(v.get<std::string>()));
+    if (v.is_number_float() && !std::isfinite(v.get<double>())) throw Error("JSON schema: non-finite number in const/enum");
+    return g_.literal(v.dump());
+  }
+  int32_t bracketed(const char* open, const std::vector<int32_t>& items, const char* close) {
+    std::vector<int32_t> seq{g_.literal(open)};
+    for (size_t i = 0; i < items.size(); ++i) {
+      seq.push_back(i == 0 ? layout_.ws : layout_.comma);
+      seq.push_back(items[i]);
+    }
+    if (!items.empty()) seq.push_back(layout_.ws);
+    seq.push_back(g_.literal(close));
+    return g_.seq(seq);
+  }
+
+  // ---------------------------------------------------------------- numbers
+  int32_t number_expr(const ojson& s, const std::string& path, bool integer) {
+    detail::Decimal lo, hi;
+    detail::NumberBounds b;
+    auto bound = [&](const char* key) -> const ojson* {
+      if (!s.contains(key)) return nullptr;
+      const ojson& v = s[key];
+      if (v.is_boolean()) return nullptr;  // draft-4 exclusive flags, read below
+      if (!v.is_number()) throw Error(at(path + "/" + key) + "'" + key + "' must be a number");
+      return &v;
+    };
+    if (const ojson* v = bound("minimum")) {
+      lo = detail::decimal_of(*v);
+      b.lo = &lo;
+      b.lo_exclusive = s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_boolean() && s["exclusiveMinimum"].get<bool>();
+    }
+    if (const ojson* v = bound("exclusiveMinimum")) {
+      detail::Decimal x = detail::decimal_of(*v);
+      if (!b.lo || detail::compare_decimal(x, lo) >= 0) {
+        lo = x;
+        b.lo = &lo;
+        b.lo_exclusive = true;
+      }
+    }
+    if (const ojson* v = bound("maximum")) {
+      hi = detail::decimal_of(*v);
+      b.hi = &hi;
+      b.hi_exclusive = s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_boolean() && s["exclusiveMaximum"].get<bool>();
+    }
+    if (const ojson* v = bound("exclusiveMaximum")) {
+      detail::Decimal x = detail::decimal_of(*v);
+      if (!b.hi || detail::compare_decimal(x, hi) <= 0) {
+        hi = x;
+        b.hi = &hi;
+        b.hi_exclusive = true;
+      }
+    }
+    int32_t e = integer ? detail::integer_range_expr(g_, b) : detail::number_range_expr(g_, b);
+    if (e < 0) throw Error(at(path) + "no " + (integer ? "integer" : "number") + " satisfies the bounds");
+    return e;
+  }
+
+  // ---------------------------------------------------------------- strings
+  int32_t count_of(const ojson& s, const char* key, const std::string& path, int32_t dflt) {
+    if (!s.contains(key)) return dflt;
+    const ojson& v = s[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) throw Error(at(path + "/" + key) + "'" + key + "' must be a non-negative integer");
+    if (v.get<int64_t>() > 100000) throw Error(at(path + "/" + key) + "'" + key + "' above 100000 is not supported");
+    return static_cast<int32_t>(v.get<int64_t>());
+  }
+
+  int32_t string_expr(const ojson& s, const std::string& path) {
+    const int32_t min = count_of(s, "minLength", path, 0), max = count_of(s, "maxLength", path, kUnbounded);
+    if (max != kUnbounded && max < min) throw Error(at(path) + "'maxLength' is below 'minLength'");
+    const bool has_len = s.contains("minLength") || s.contains("maxLength");
+    int32_t content = -1;
+    if (s.contains("pattern")) {
+      if (!s["pattern"].is_string()) throw Error(at(path + "/pattern") + "'pattern' must be a string");
+      if (has_len) throw Error(at(path) + "'pattern' together with 'minLength'/'maxLength' is not supported");
+      if (s.contains("format")) throw Error(at(path) + "'pattern' together with 'format' is not supported");
+      try {
+        content = regex_to_expr(g_, s["pattern"].get<std::string>(), {.json_string = true, .search = true});
+      } catch (const Error& e) {
+        throw Error(at(path + "/pattern") + e.what());
+      }
+    } else if (s.contains("format")) {
+      if (!s["format"].is_string()) throw Error(at(path + "/format") + "'format' must be a string");
+      content = detail::format_expr(g_, s["format"].get<std::string>(), path + "/format");
+      if (content >= 0 && has_len) throw Error(at(path) + "'format' together with 'minLength'/'maxLength' is not supported");
+    }
+    if (content < 0) content = g_.repeat(json_string_char(g_), min, max);
+    return g_.seq({g_.literal("\""), content, g_.literal("\"")});
+  }
+
+  // ---------------------------------------------------------------- arrays
+  int32_t array_expr(const ojson& s, const std::string& path) {
+    std::vector<int32_t> prefix;
+    const ojson* items = s.contains("items") ? &s["items"] : nullptr;
+    std::string items_path = path + "/items";
+    if (s.contains("prefixItems") || (items && items->is_array())) {
+      const bool draft7 = !s.contains("prefixItems");
+      const ojson& pre = draft7 ? *items : s["prefixItems"];
+      const std::string pre_path = path + (draft7 ? "/items" : "/prefixItems");
+      if (!pre.is_array()) throw Error(at(pre_path) + "must be an array");
+      for (size_t i = 0; i < pre.size(); ++i) prefix.push_back(visit(pre[i], pre_path + "/" + std::to_string(i)));
+      if (draft7) {
+        items = s.contains("additionalItems") ? &s["additionalItems"] : nullptr;
+        items_path = path + "/additionalItems";
+      }
+    }
+    int32_t min = count_of(s, "minItems", path, 0), max = count_of(s, "maxItems", path, kUnbounded);
+    if (max != kUnbounded && static_cast<int32_t>(prefix.size()) > max) prefix.resize(static_cast<size_t>(max));
+    const auto n_prefix = static_cast<int32_t>(prefix.size());
+    int32_t item = -1;
+    const bool items_false = (items && items->is_boolean() && !items->get<bool>()) || (!items && n_prefix > 0 && o_.strict);
+    if (items_false) {
+      max = max == kUnbounded ? n_prefix : std::min(max, n_prefix);
+      if (min > n_prefix) throw Error(at(path) + "'minItems' exceeds the tuple length and no further items are allowed");
+    } else {
+      item = items ? visit(*items, items_path) : any_value();
+    }
+    if (max != kUnbounded && max < min) throw Error(at(path) + "no array satisfies minItems/maxItems (and the tuple length)");
+    auto sep_item = [&] { return g_.seq({layout_.comma, item}); };
+    int32_t tail;  // items from index n_prefix on, after at least one item
+    if (item < 0 || max == n_prefix) {
+      tail = g_.empty();
+    } else {
+      tail = g_.repeat(sep_item(), std::max(0, min - n_prefix), max == kUnbounded ? kUnbounded : max - n_prefix);
+    }
+    int32_t content;
+    if (n_prefix == 0) {
+      if (max == 0 || item < 0) {
+        content = g_.empty();
+      } else {
+        int32_t body = g_.seq({item, g_.repeat(sep_item(), std::max(0, min - 1), max == kUnbounded ? kUnbounded : max - 1)});
+        content = min == 0 ? g_.optional(g_.seq({body, layout_.ws})) : g_.seq({body, layout_.ws});
+      }
+    } else {
+      for (int32_t i = n_prefix - 1; i >= 0; --i) {
+        int32_t body = g_.seq({i > 0 ? layout_.comma : g_.empty(), prefix[static_cast<size_t>(i)], tail});
+        tail = i >= min ? g_.optional(body) : body;
+      }
+      content = max == 0 ? g_.empty() : (min == 0 ? g_.optional(g_.seq({tail, layout_.ws})) : g_.seq({tail, layout_.ws}));
+    }
+    return g_.seq({g_.literal("["), layout_.ws, content, g_.literal("]")});
+  }
+
+  // ---------------------------------------------------------------- objects
+  struct Prop {
+    std::string name;
+    int32_t value = -1;
+    bool required = false;
+  };
+
+  int32_t object_expr(const ojson& s, const std::string& path) {
+    const ojson empty = ojson::object();
+    const ojson& props = s.contains("properties") ? s["properties"] : empty;
+    if (!props.is_object()) throw Error(at(path + "/properties") + "'properties' must be an object");
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) throw Error(at(path + "/required") + "'required' must be an array of strings");
+      for (const auto& r : s["required"]) {
+        if (!r.is_string()) throw Error(at(path + "/required") + "'required' must be an array of strings");
+        required.insert(r.get<std::string>());
+      }
+    }
+    const ojson ap = s.contains("additionalProperties") ? s["additionalProperties"] : ojson(!o_.strict);
+    const bool ap_false = ap.is_boolean() && !ap.get<bool>();
+    std::vector<Prop> list;
+    std::set<std::string> names;
+    for (auto& [k, v] : props.items()) {
+      list.push_back({k, visit(v, path + "/properties/" + k), required.count(k) > 0});
+      names.insert(k);
+    }
+    for (const auto& r : required) {
+      if (names.count(r)) continue;
+      if (ap_false) throw Error(at(path) + "required property '" + r + "' is not allowed ('additionalProperties' is false)");
+      list.push_back({r, visit(ap, path + "/additionalProperties"), true});
+      names.insert(r);
+    }
+    int32_t extra = -1;  // one additional member
+    if (!ap_false) {
+      int32_t key = g_.seq({g_.literal("\""), not_in(names), g_.literal("\"")});
+      extra = g_.seq({key, layout_.colon, visit(ap, path + "/additionalProperties")});
+    }
+    const size_t n = list.size();
+    std::vector<int32_t> member(n);
+    for (size_t i = 0; i < n; ++i) member[i] = g_.seq({g_.literal(json_quoted(list[i].name)), layout_.colon, list[i].value});
+    // suffix[k]: members k.. after at least one member was written.
+    std::vector<int32_t> suffix(n + 1);
+    suffix[n] = extra >= 0 ? g_.star(g_.seq({layout_.comma, extra})) : g_.empty();
+    const bool share = n > 8;
+    for (size_t k = n; k-- > 0;) {
+      int32_t m = g_.seq({layout_.comma, member[k]});
+      int32_t e = g_.seq({list[k].required ? m : g_.optional(m), suffix[k + 1]});
+      suffix[k] = share ? as_rule("members", e) : e;
+    }
+    std::vector<int32_t> firsts;
+    bool all_optional_before = true;
+    for (size_t j = 0; j < n && all_optional_before; ++j) {
+      firsts.push_back(g_.seq({member[j], suffix[j + 1]}));
+      all_optional_before = !list[j].required;
+    }
+    if (all_optional_before && extra >= 0) firsts.push_back(g_.seq({extra, suffix[n]}));
+    int32_t content = firsts.empty() ? g_.empty() : g_.seq({g_.alt(firsts), layout_.ws});
+    if (all_optional_before) content = g_.optional(content);
+    return g_.seq({g_.literal("{"), layout_.ws, content, g_.literal("}")});
+  }
+
+  // A JSON string's content (canonical escapes only) that is not one of `names`.
+  int32_t not_in(const std::set<std::string>& names) {
+    struct Node {
+      std::map<uint32_t, size_t> kids;
+      bool terminal = false;
+    };
+    std::vector<Node> trie(1);
+    for (const auto& name : names) {
+      size_t cur = 0, i = 0;
+      while (i < name.size()) {
+        uint32_t cp = 0;
+        size_t len = utf8_decode(name, i, &cp);
+        if (len == 0) throw Error("JSON schema: property name is not valid UTF-8");
+        i += len;
+        auto it = trie[cur].kids.find(cp);
+        if (it == trie[cur].kids.end()) {
+          trie.emplace_back();
+          it = trie[cur].kids.emplace(cp, trie.size() - 1).first;
+        }
+        cur = it->second;
+      }
+      trie[cur].terminal = true;
+    }
+    const int32_t any = g_.star(json_char_class(g_, normalize_ranges({}, true)));
+    std::function<int32_t(size_t)> build = [&](size_t node) -> int32_t {
+      std::vector<int32_t> alts;
+      if (!trie[node].terminal) alts.push_back(g_.empty());
+      std::vector<CodeRange> kids;
+      for (auto& [cp, child] : trie[node].kids) kids.push_back({cp, cp});
+      auto others = normalize_ranges(kids, true);
+      if (!others.empty()) alts.push_back(g_.seq({json_char_class(g_, others), any}));
+      for (auto& [cp, child] : trie[node].kids) alts.push_back(g_.seq({json_char_class(g_, {{cp, cp}}), build(child)}));
+      return g_.alt(alts);
+    };
+    return build(0);
+  }
+
+  // ---------------------------------------------------------------- $ref and allOf
+  const ojson& resolve(const std::string& ref, const std::string& path) {
+    if (ref.empty() || ref[0] != '#') throw Error(at(path) + "$ref '" + ref + "' is not supported (only references into this document, '#...')");
+    const ojson* cur = &root_;
+    size_t i = 1;
+    if (i < ref.size() && ref[i] != '/') throw Error(at(path) + "$ref '" + ref + "': anchors are not supported");
+    while (i < ref.size()) {
+      size_t j = ref.find('/', i + 1);
+      std::string tok = ref.substr(i + 1, (j == std::string::npos ? ref.size() : j) - i - 1);
+      std::string key;
+      for (size_t k = 0; k < tok.size(); ++k) {
+        if (tok[k] == '~' && k + 1 < tok.size() && (tok[k + 1] == '0' || tok[k + 1] == '1')) {
+          key += tok[k + 1] == '0' ? '~' : '/';
+          ++k;
+        } else if (tok[k] == '%' && k + 2 < tok.size() && std::isxdigit(static_cast<unsigned char>(tok[k + 1])) &&
+                   std::isxdigit(static_cast<unsigned char>(tok[k + 2]))) {
+          key += static_cast<char>(std::stoi(tok.substr(k + 1, 2), nullptr, 16));
+          k += 2;
+        } else {
+          key += tok[k];
+        }
+      }
+      if (cur->is_object() && cur->contains(key)) {
+        cur = &(*cur)[key];
+      } else if (cur->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
+                 key.size() < 9 && std::stoul(key) < cur->size()) {
+        cur = &(*cur)[std::stoul(key)];
+      } else {
+        throw Error(at(path) + "$ref '" + ref + "' does not resolve");
+      }
+      i = j == std::string::npos ? ref.size() : j;
+    }
+    return *cur;
+  }
+
+  int32_t ref_rule(const ojson& ref, const std::string& path) {
+    if (!ref.is_string()) throw Error(at(path) + "'$ref' must be a string");
+    const std::string r = ref.get<std::string>();
+    auto it = ref_rules_.find(r);
+    if (it != ref_rules_.end()) return it->second;
+    const ojson& target = resolve(r, path);
+    std::string name = "ref";
+    for (char c : r.substr(1)) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    int32_t rule = g_.new_rule(name.substr(0, 48));
+    ref_rules_[r] = rule;
+    g_.define_rule(rule, visit(target, r));
+    return rule;
+  }
+
+  // allOf members (with $ref resolved one level and nested allOf flattened) as one schema.
+  ojson merge_all(const ojson& members, const std::string& path) {
+    ojson out = ojson::object();
+    std::vector<ojson> flat;
+    std::function<void(const ojson&, int)> add = [&](const ojson& m, int depth) {
+      if (depth > 32) throw Error(at(path) + "allOf/$ref nested too deeply");
+      if (m.is_boolean()) {
+        if (!m.get<bool>()) throw Error(at(path) + "allOf contains the schema 'false'");
+        return;
+      }
+      if (!m.is_object()) throw Error(at(path) + "allOf members must be schemas");
+      ojson rest = m;
+      if (m.contains("$ref")) {
+        if (!m["$ref"].is_string()) throw Error(at(path) + "'$ref' must be a string");
+        add(resolve(m["$ref"].get<std::string>(), path), depth + 1);
+        rest.erase("$ref");
+      }
+      if (m.contains("allOf")) {
+        if (!m["allOf"].is_array()) throw Error(at(path) + "'allOf' must be an array");
+        for (const auto& x : m["allOf"]) add(x, depth + 1);
+        rest.erase("allOf");
+      }
+      flat.push_back(std::move(rest));
+    };
+    for (const auto& m : members) add(m, 0);
+    for (const auto& m : flat) out = merge_two(out, m, path);
+    return out;
+  }
+
+  ojson merge_two(const ojson& a, const ojson& b, const std::string& path) {
+    ojson r = a;
+    auto fail = [&](const std::string& k) { throw Error(at(path) + "cannot combine '" + k + "' in allOf"); };
+    // A property that only one member declares is, for the other member, an additional
+    // property: that member's additionalProperties schema applies to it too.
+    auto cross = [&](const ojson& owner, const ojson& other, ojson& out_props) {
+      if (!owner.contains("properties") || !owner["properties"].is_object()) return;
+      if (!other.contains("additionalProperties") || !other["additionalProperties"].is_object()) return;
+      for (auto& [p, ps] : owner["properties"].items()) {
+        const bool declared = other.contains("properties") && other["properties"].is_object() && other["properties"].contains(p);
+        if (!declared) out_props[p] = ojson{{"allOf", ojson::array({ps, other["additionalProperties"]})}};
+      }
+    };
+    ojson crossed_a = ojson::object(), crossed_b = ojson::object();
+    cross(a, b, crossed_a);
+    cross(b, a, crossed_b);
+    auto closed = [](const ojson& s) { return s.contains("additionalProperties") && s["additionalProperties"] == false; };
+    auto prop_names = [](const ojson& s) {
+      std::set<std::string> n;
+      if (s.contains("properties") && s["properties"].is_object()) {
+        for (auto& [k, v] : s["properties"].items()) n.insert(k);
+      }
+      return n;
+    };
+    for (auto& [k, v] : b.items()) {
+      if (!is_constraint(k)) continue;
+      check_keywords(ojson{{k, v}}, path);
+      if (!r.contains(k)) {
+        r[k] = v;
+        continue;
+      }
+      ojson& x = r[k];
+      if (x == v) continue;
+      if (k == "type") {
+        auto list = [](const ojson& t) { return t.is_array() ? t : ojson::array({t}); };
+        ojson out = ojson::array();
+        for (const auto& t1 : list(x)) {
+          for (const auto& t2 : list(v)) {
+            if (t1 == t2) out.push_back(t1);
+            else if ((t1 == "integer" && t2 == "number") || (t1 == "number" && t2 == "integer")) out.push_back("integer");
+          }
+        }
+        if (out.empty()) throw Error(at(path) + "allOf: the types do not intersect");
+        x = out;
+      } else if (k == "properties") {
+        if (!x.is_object() || !v.is_object()) fail(k);
+        for (auto& [p, ps] : v.items()) x[p] = x.contains(p) ? ojson{{"allOf", ojson::array({x[p], ps})}} : ps;
+      } else if (k == "required") {
+        for (const auto& q : v) {
+          if (std::find(x.begin(), x.end(), q) == x.end()) x.push_back(q);
+        }
+      } else if (k == "additionalProperties" || k == "items") {
+        if (x == false || v == false) x = false;
+        else if (x == true) x = v;
+        else if (v != true) x = ojson{{"allOf", ojson::array({x, v})}};
+      } else if (k == "prefixItems") {
+        for (size_t i = 0; i < v.size(); ++i) {
+          if (i < x.size()) x[i] = ojson{{"allOf", ojson::array({x[i], v[i]})}};
+          else x.push_back(v[i]);
+        }
+      } else if (k == "minItems" || k == "minLength" || k == "minimum" || k == "exclusiveMinimum") {
+        if (!x.is_number() || !v.is_number()) fail(k);
+        if (v.get<double>() > x.get<double>()) x = v;
+      } else if (k == "maxItems" || k == "maxLength" || k == "maximum" || k == "exclusiveMaximum") {
+        if (!x.is_number() || !v.is_number()) fail(k);
+        if (v.get<double>() < x.get<double>()) x = v;
+      } else if (k == "enum") {
+        ojson out = ojson::array();
+        for (const auto& e : x) {
+          if (std::find(v.begin(), v.end(), e) != v.end()) out.push_back(e);
+        }
+        if (out.empty()) throw Error(at(path) + "allOf: the 'enum' lists have no common value");
+        x = out;
+      } else if (k == "anyOf" || k == "oneOf") {
+        if (x.size() * v.size() > 256) fail(k);
+        ojson out = ojson::array();
+        for (const auto& p : x) {
+          for (const auto& q : v) out.push_back(ojson{{"allOf", ojson::array({p, q})}});
+        }
+        x = out;
+      } else {
+        fail(k);  // const, pattern, format, uniqueItems... that differ
+      }
+    }
+    for (const ojson* crossed : {&crossed_a, &crossed_b}) {
+      for (auto& [p, ps] : crossed->items()) r["properties"][p] = ps;
+    }
+    // additionalProperties: false in one member restricts the other's properties.
+    for (const ojson* closed_side : {&a, &b}) {
+      if (!closed(*closed_side)) continue;
+      std::set<std::string> allowed = prop_names(*closed_side);
+      if (r.contains("properties")) {
+        for (auto it = r["properties"].begin(); it != r["properties"].end();) {
+          it = allowed.count(it.key()) ? std::next(it) : r["properties"].erase(it);
+        }
+      }
+      if (r.contains("required")) {
+        for (const auto& q : r["required"]) {
+          if (q.is_string() && !allowed.count(q.get<std::string>())) {
+            throw Error(at(path) + "allOf: required property '" + q.get<std::string>() + "' is excluded by 'additionalProperties': false");
+          }
+        }
+      }
+      r["additionalProperties"] = false;
+    }
+    return r;
+  }
+
+  Grammar g_;
+  const ojson& root_;
+  JsonSchemaOptions o_;
+  detail::JsonLayout layout_;
+  std::map<std::string, int32_t> ref_rules_;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+Grammar json_schema_to_grammar(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts) {
+  Converter c(schema, opts);
+  return c.run();
+}
+
+Grammar json_schema_to_grammar(std::string_view schema_text, const JsonSchemaOptions& opts) {
+  nlohmann::ordered_json schema;
+  try {
+    schema = nlohmann::ordered_json::parse(schema_text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("JSON schema: not valid JSON: ") + e.what());
+  }
+  return json_schema_to_grammar(schema, opts);
+}
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,83 @@
+// JSON Schema (and "any JSON") to Grammar.
+//
+// Purpose: the `json_schema` and `json_object` structured-output kinds. Supported: type
+// (one or a list), properties (generated in the schema's order), required,
+// additionalProperties (false / true / a schema), items, prefixItems (and draft-7 tuple
+// `items` with additionalItems), minItems / maxItems, enum, const, anyOf, oneOf (as anyOf:
+// its branches must exclude each other, e.g. by a const discriminator), allOf (merged:
+// types intersect, properties and required unite, bounds tighten), $ref into the document
+// ("#", "#/$defs/x", "#/definitions/x", any JSON pointer) including recursion, string
+// minLength / maxLength / pattern (unanchored unless ^ / $, see grammar/regex_parser.h) /
+// format (date, time, date-time, email, uuid, ipv4), integer and number minimum / maximum /
+// exclusiveMinimum / exclusiveMaximum (any size: bounds are handled as decimal strings;
+// bounded numbers are written without exponent). Numbers stay finite doubles in every JSON
+// parser: an integer part without an upper bound has at most 16 digits (or the lower
+// bound's length), fractions at most 16 digits (15 significant digits next to a bound, so
+// double-precision validators agree at the boundary), exponents at most 2 digits. Annotations (title, description, default,
+// examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, ...) are ignored;
+// unknown format names are ignored as the specification says; every other keyword
+// (multipleOf, uniqueItems, patternProperties, not, if/then/else, ...) and combinations we
+// cannot enforce (pattern with minLength, two patterns in allOf) are a deepinfer::Error
+// naming the keyword and its location, so an accepted schema never yields invalid output.
+// Output shape: with any_whitespace, JSON white space may appear between tokens (not before
+// or after the top value); otherwise separators are exactly ", " and ": ". Strings use
+// JSON escapes; a string's characters are counted as decoded code points.
+// Strict mode (default, as in xgrammar/OpenAI): a missing additionalProperties means false,
+// and a tuple (prefixItems) without `items` allows no further items.
+// Threading: stateless.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/grammar.h"
+
+namespace deepinfer::grammar {
+
+struct JsonSchemaOptions {
+  bool any_whitespace = true;
+  int max_whitespace = -1;  // with any_whitespace: longest run between tokens (-1: unbounded)
+  bool strict = true;
+};
+
+// `schema_text`: the schema as JSON text (errors name the parse position).
+Grammar json_schema_to_grammar(std::string_view schema_text, const JsonSchemaOptions& opts = {});
+Grammar json_schema_to_grammar(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts = {});
+inline Grammar json_schema_to_grammar(const std::string& schema_text, const JsonSchemaOptions& opts = {}) {
+  return json_schema_to_grammar(std::string_view(schema_text), opts);
+}
+inline Grammar json_schema_to_grammar(const char* schema_text, const JsonSchemaOptions& opts = {}) {
+  return json_schema_to_grammar(std::string_view(schema_text), opts);
+}
+// Any JSON value (object_only: any JSON object, OpenAI's json_object mode).
+Grammar builtin_json_grammar(bool object_only = false, const JsonSchemaOptions& opts = {});
+
+namespace detail {
+// Pieces used by the converter (json_schema_number.cpp, json_schema_format.cpp).
+struct Decimal {
+  bool negative = false;
+  std::string int_digits = "0";  // no leading zeros
+  std::string frac_digits;       // no trailing zeros
+  bool is_zero() const { return int_digits == "0" && frac_digits.empty(); }
+};
+// A JSON number (integer or float) as an exact decimal of its shortest text form.
+Decimal decimal_of(const nlohmann::ordered_json& number);
+int compare_decimal(const Decimal& a, const Decimal& b);  // -1, 0, 1 (signed values)
+struct NumberBounds {
+  const Decimal* lo = nullptr;
+  bool lo_exclusive = false;
+  const Decimal* hi = nullptr;
+  bool hi_exclusive = false;
+};
+// Integers (no fraction, no exponent) within the bounds; -1 when none exist.
+int32_t integer_range_expr(Grammar& g, const NumberBounds& b);
+// Numbers within the bounds (no exponent when bounded); -1 when none exist.
+int32_t number_range_expr(Grammar& g, const NumberBounds& b);
+// The inside of a JSON string for a supported format; -1 if the format is unknown (ignored);
+// throws for a known format we cannot generate.
+int32_t format_expr(Grammar& g, std::string_view format, const std::string& where);
+}  // namespace detail
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,102 @@
+// Shared helpers of the CUDA backend: error checks, device copies of the dtype rules the
+// CPU reference uses (e4m3 / e2m1 rounding, power-of-two scales), warp reductions.
+// Every CUDA call and launch is checked; a failure aborts with file:line (an engine
+// invariant, not user input).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#define DI_CUDA_CHECK(expr)                                                                                  \
+  do {                                                                                                       \
+    cudaError_t err_ = (expr);                                                                               \
+    if (err_ != cudaSuccess) {                                                                               \
+      std::fprintf(stderr, "deepinfer: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #expr,             \
+                   cudaGetErrorString(err_));                                                                \
+      std::abort();                                                                                          \
+    }                                                                                                        \
+  } while (0)
+
+#define DI_CUDA_LAUNCHED() DI_CUDA_CHECK(cudaGetLastError())
+
+namespace deepinfer::kernels::cuda {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ inline float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide sum for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
+__device__ inline float block_sum(float v) {
+  __shared__ float part[32];
+  v = warp_sum(v);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  float t = (threadIdx.x < blockDim.x / 32) ? part[threadIdx.x] : 0.0f;
+  if (warp == 0) t = warp_sum(t);
+  if (threadIdx.x == 0) part[0] = t;
+  __syncthreads();
+  return part[0];
+}
+
+__device__ inline float d_e4m3_to_f32(uint8_t v) {
+  const int sign = v >> 7, e = (v >> 3) & 0xF, m = v & 7;
+  float mag;
+  if (e == 15 && m == 7) mag = __int_as_float(0x7FC00000);
+  else if (e == 0) mag = ldexpf(static_cast<float>(m), -9);
+  else mag = ldexpf(static_cast<float>(m | 8), e - 10);
+  return sign ? -mag : mag;
+}
+
+__device__ inline uint8_t d_f32_to_e4m3(float x) {
+  const uint8_t sign = signbit(x) ? 0x80 : 0;
+  const float a = fabsf(x);
+  if (isnan(a) || a >= 480.0f) return sign | 0x7F;
+  int e;
+  frexpf(a, &e);
+  const int step = (a < 0.015625f) ? -9 : (e - 1) - 3;
+  const float v = ldexpf(rintf(ldexpf(a, -step)), step);
+  if (v > 448.0f) return sign | 0x7F;
+  if (v == 0.0f) return sign;
+  int ve;
+  frexpf(v, &ve);
+  const int E = ve - 1;
+  if (E < -6) return sign | static_cast<uint8_t>(ldexpf(v, 9));
+  return sign | static_cast<uint8_t>((E + 7) << 3) | static_cast<uint8_t>(ldexpf(v, 3 - E) - 8.0f);
+}
+
+__device__ inline float d_e2m1_to_f32(uint8_t c) {
+  const float t[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float v = t[c & 7];
+  return ((c & 8) && (c & 7)) ? -v : v;  // code 8 (negative zero) is +0, as in the CPU table
+}
+
+__device__ inline uint8_t d_f32_to_e2m1(float q) {
+  const float th[7] = {__int_as_float(0x3E800001), 0.75f, __int_as_float(0x3FA00001), 1.75f,
+                       __int_as_float(0x40200001), 3.5f,  __int_as_float(0x40A00001)};
+  const float m = fabsf(q);
+  uint8_t c = 0;
+  for (int i = 0; i < 7; ++i) c += (m >= th[i]) ? 1 : 0;
+  return c | (signbit(q) ? 8 : 0);
+}
+
+__device__ inline float d_pow2_ceil(float t) {
+  const uint32_t b = __float_as_uint(t);
+  const int k = static_cast<int>((b >> 23) & 0xFF) - 127 + ((b & 0x7FFFFF) != 0 ? 1 : 0);
+  return ldexpf(1.0f, k);
+}
+
+__device__ inline float d_e8m0_to_f32(uint8_t v) { return v == 255 ? __int_as_float(0x7FC00000) : ldexpf(1.0f, v - 127); }
+
+}  // namespace deepinfer::kernels::cuda

@@ -1,0 +1,29 @@
+// The CUDA backend's op functions (device pointers in every args struct), one file per op
+// family: elementwise.cu, attention.cu, cuda_backend.cu (matmul and the Backend object).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace deepinfer::kernels::cuda {
+
+void rms_norm(const RmsNormArgs& a, cudaStream_t s);
+void rope(const RopeArgs& a, cudaStream_t s);
+void swiglu(const SwigluArgs& a, cudaStream_t s);
+void compress_pool(const CompressPoolArgs& a, cudaStream_t s);
+void fake_quant(const FakeQuantArgs& a, cudaStream_t s);
+void hc_mixes(const HcMixesArgs& a, cudaStream_t s);
+void hc_collapse(const HcCollapseArgs& a, cudaStream_t s);
+void hc_expand(const HcExpandArgs& a, cudaStream_t s);
+void engram_gate(const EngramGateArgs& a, cudaStream_t s);
+void attention(const AttentionArgs& a, cudaStream_t s);
+void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s);
+void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s);
+void topk_mask(const TopkMaskArgs& a, cudaStream_t s);
+void router(const RouterArgs& a, cudaStream_t s);
+// Rows [row0, row0 + n) of w as float32: out [n, w.cols] (device).
+void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStream_t s);
+
+}  // namespace deepinfer::kernels::cuda

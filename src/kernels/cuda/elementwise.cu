@@ -1,0 +1,270 @@
+// CUDA: row-wise ops (RMSNorm, RoPE, SwiGLU, compressor pooling), the fake quantisers,
+// weight dequantisation, and the mHC / Engram mixes. First versions: one thread per output
+// element or one block per row; correctness first, measured against the CPU reference.
+#include "kernels/cuda/cuda_ops.h"
+
+namespace deepinfer::kernels::cuda {
+
+namespace {
+
+__global__ void rms_norm_k(const float* x, const float* w, float* y, int64_t dim, float eps) {
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * dim;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[r * dim + i] = w ? w[i] * (xr[i] * inv) : xr[i] * inv;
+}
+
+__global__ void rope_k(float* x, const float* cs, const float* sn, int64_t rows, int64_t heads, int64_t head_dim,
+                       int64_t rope_dim, bool inverse) {
+  const int64_t half = rope_dim / 2;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * heads * half) return;
+  const int64_t p = i % half, h = (i / half) % heads, r = i / (half * heads);
+  float* v = x + (r * heads + h) * head_dim + (head_dim - rope_dim);
+  const float c = cs[r * half + p], s = inverse ? -sn[r * half + p] : sn[r * half + p];
+  const float e = v[2 * p], o = v[2 * p + 1];
+  v[2 * p] = e * c - o * s;
+  v[2 * p + 1] = e * s + o * c;
+}
+
+__global__ void swiglu_k(const float* g, const float* u, const float* w, float* out, int64_t rows, int64_t inter, float lim) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * inter) return;
+  float gv = g[i], uv = u[i];
+  if (lim > 0) {
+    uv = fminf(fmaxf(uv, -lim), lim);
+    gv = fminf(gv, lim);
+  }
+  const float y = (gv / (1.0f + expf(-gv))) * uv;
+  out[i] = w ? w[i / inter] * y : y;
+}
+
+__global__ void compress_pool_k(const float* kv, const float* gate, float* out, int64_t groups, int64_t ratio, int64_t dim) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= groups * dim) return;
+  const int64_t g = i / dim, c = i % dim;
+  const float* k = kv + g * ratio * dim;
+  const float* gt = gate + g * ratio * dim;
+  float mx = -INFINITY;
+  for (int64_t r = 0; r < ratio; ++r) mx = fmaxf(mx, gt[r * dim + c]);
+  float den = 0.0f;
+  for (int64_t r = 0; r < ratio; ++r) den += expf(gt[r * dim + c] - mx);
+  float acc = 0.0f;
+  for (int64_t r = 0; r < ratio; ++r) acc += k[r * dim + c] * (expf(gt[r * dim + c] - mx) / den);
+  out[i] = acc;
+}
+
+// One thread per block of `block` values (<= 32).
+__global__ void fake_quant_k(float* x, int64_t blocks, int64_t block, int kind, uint8_t* codes, uint8_t* scales) {
+  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (b >= blocks) return;
+  float* v = x + b * block;
+  float amax = 0.0f;
+  for (int64_t i = 0; i < block; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  if (kind == 0) {  // FP8, pow2 scale
+    const float s = d_pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+    if (scales) scales[b] = static_cast<uint8_t>(ilogbf(s) + 127);
+    for (int64_t i = 0; i < block; ++i) {
+      const uint8_t c = d_f32_to_e4m3(fminf(fmaxf(v[i] / s, -448.0f), 448.0f));
+      v[i] = d_e4m3_to_f32(c) * s;
+      if (codes) codes[b * block + i] = c;
+    }
+    return;
+  }
+  float s;
+  if (kind == 1) {  // FP4, pow2 scale
+    s = d_pow2_ceil(fmaxf(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f));
+    if (scales) scales[b] = static_cast<uint8_t>(ilogbf(s) + 127);
+  } else {  // FP4, e4m3 scale
+    const uint8_t sc = d_f32_to_e4m3(fmaxf(amax, 6.0f * 0x1p-9f) / 6.0f);
+    s = d_e4m3_to_f32(sc);
+    if (scales) scales[b] = sc;
+  }
+  for (int64_t i = 0; i < block; ++i) {
+    const uint8_t c = d_f32_to_e2m1(fminf(fmaxf(v[i] / s, -6.0f), 6.0f));
+    v[i] = d_e2m1_to_f32(c) * s;
+    if (codes) {
+      uint8_t* byte = codes + (b * block + i) / 2;
+      *byte = (i % 2 == 0) ? c : static_cast<uint8_t>(*byte | (c << 4));
+    }
+  }
+}
+
+__global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t k = w.cols, sc_cols = (k + 31) / 32;
+  if (i >= n * k) return;
+  const int64_t r = row0 + i / k, j = i % k;
+  float v = 0.0f;
+  switch (w.format) {
+    case WeightFormat::kF32: v = static_cast<const float*>(w.data)[r * k + j]; break;
+    case WeightFormat::kBF16: v = __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(w.data)[r * k + j]) << 16); break;
+    case WeightFormat::kFP8Block32:
+      v = d_e4m3_to_f32(static_cast<const uint8_t*>(w.data)[r * k + j]) * d_e8m0_to_f32(w.scale[(r / 32) * sc_cols + j / 32]);
+      break;
+    case WeightFormat::kFP8Row32:
+      v = d_e4m3_to_f32(static_cast<const uint8_t*>(w.data)[r * k + j]) * d_e8m0_to_f32(w.scale[r * sc_cols + j / 32]);
+      break;
+    case WeightFormat::kMXFP4: {
+      const uint8_t byte = static_cast<const uint8_t*>(w.data)[r * ((k + 1) / 2) + j / 2];
+      v = d_e2m1_to_f32((j % 2 == 0) ? (byte & 0xF) : (byte >> 4)) * d_e8m0_to_f32(w.scale[r * sc_cols + j / 32]);
+      break;
+    }
+  }
+  out[i] = v;
+}
+
+// One block per row: the 24 mix projections by block reductions, then Sinkhorn in thread 0.
+__global__ void hc_mixes_k(HcMixesArgs a) {
+  const int64_t r = blockIdx.x, hc = a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
+  const float* x = a.x + r * width;
+  __shared__ float m[64];
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += x[i] * x[i];
+  ss = block_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(width) + a.norm_eps);
+  for (int64_t j = 0; j < nmix; ++j) {
+    float d = 0.0f;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) d += x[i] * a.fn[j * width + i];
+    d = block_sum(d);
+    if (threadIdx.x == 0) m[j] = d * inv;
+  }
+  if (threadIdx.x != 0) return;
+  auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
+  for (int64_t k = 0; k < hc; ++k) {
+    a.pre[r * hc + k] = sig(m[k] * a.scale[0] + a.base[k]) + a.hc_eps;
+    a.post[r * hc + k] = 2.0f * sig(m[hc + k] * a.scale[1] + a.base[hc + k]);
+  }
+  float c[16];
+  for (int64_t j = 0; j < hc; ++j) {
+    float mx = -INFINITY;
+    for (int64_t k = 0; k < hc; ++k) {
+      c[j * hc + k] = m[2 * hc + j * hc + k] * a.scale[2] + a.base[2 * hc + j * hc + k];
+      mx = fmaxf(mx, c[j * hc + k]);
+    }
+    float den = 0.0f;
+    for (int64_t k = 0; k < hc; ++k) den += expf(c[j * hc + k] - mx);
+    for (int64_t k = 0; k < hc; ++k) c[j * hc + k] = expf(c[j * hc + k] - mx) / den + a.hc_eps;
+  }
+  for (int64_t it = 0; it < a.sinkhorn_iters; ++it) {
+    if (it > 0)
+      for (int64_t j = 0; j < hc; ++j) {
+        float s = 0.0f;
+        for (int64_t k = 0; k < hc; ++k) s += c[j * hc + k];
+        for (int64_t k = 0; k < hc; ++k) c[j * hc + k] /= (s + a.hc_eps);
+      }
+    for (int64_t k = 0; k < hc; ++k) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < hc; ++j) s += c[j * hc + k];
+      for (int64_t j = 0; j < hc; ++j) c[j * hc + k] /= (s + a.hc_eps);
+    }
+  }
+  for (int64_t i = 0; i < hc * hc; ++i) a.comb[r * hc * hc + i] = c[i];
+}
+
+__global__ void hc_collapse_k(HcCollapseArgs a) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= a.rows * a.dim) return;
+  const int64_t r = i / a.dim, d = i % a.dim;
+  float s = 0.0f;
+  for (int64_t k = 0; k < a.hc; ++k) s += a.pre[r * a.hc + k] * a.x[(r * a.hc + k) * a.dim + d];
+  a.y[i] = s;
+}
+
+__global__ void hc_expand_k(HcExpandArgs a) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= a.rows * a.dim) return;
+  const int64_t r = i / a.dim, d = i % a.dim, hc = a.hc;
+  float res[8];
+  for (int64_t j = 0; j < hc; ++j) res[j] = a.x[(r * hc + j) * a.dim + d];
+  for (int64_t k = 0; k < hc; ++k) {
+    float mixed = 0.0f;
+    for (int64_t j = 0; j < hc; ++j) mixed += a.comb[r * hc * hc + j * hc + k] * res[j];
+    a.x[(r * hc + k) * a.dim + d] = a.post[r * hc + k] * a.y[r * a.dim + d] + mixed;
+  }
+}
+
+// One block per (row, stream).
+__global__ void engram_gate_k(EngramGateArgs a) {
+  const int64_t r = blockIdx.x / a.hc, k = blockIdx.x % a.hc, D = a.dim;
+  float* x = a.x + (r * a.hc + k) * D;
+  const float* kv = a.kv + r * (a.hc + 1) * D;
+  const float* key = kv + k * D;
+  const float* w = a.w + k * D;
+  float xx = 0, kk = 0, dt = 0;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    xx += x[d] * x[d];
+    kk += key[d] * key[d];
+    dt += (x[d] * w[d]) * key[d];
+  }
+  xx = block_sum(xx);
+  kk = block_sum(kk);
+  dt = block_sum(dt);
+  const float rstd = (1.0f / sqrtf(xx / static_cast<float>(D) + a.eps)) * (1.0f / sqrtf(kk / static_cast<float>(D) + a.eps));
+  const float dot = dt * rstd * (1.0f / sqrtf(static_cast<float>(D)));
+  const float g = 1.0f / (1.0f + expf(-copysignf(sqrtf(fmaxf(fabsf(dot), 1e-6f)), dot)));
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) x[d] += g * kv[a.hc * D + d];
+}
+
+constexpr int kThreads = 256;
+unsigned grid(int64_t n) { return static_cast<unsigned>(ceil_div(n, kThreads)); }
+
+}  // namespace
+
+void rms_norm(const RmsNormArgs& a, cudaStream_t s) {
+  if (a.rows == 0) return;
+  rms_norm_k<<<static_cast<unsigned>(a.rows), kThreads, 0, s>>>(a.x, a.w, a.y, a.dim, a.eps);
+  DI_CUDA_LAUNCHED();
+}
+void rope(const RopeArgs& a, cudaStream_t s) {
+  const int64_t n = a.rows * a.heads * (a.rope_dim / 2);
+  if (n == 0) return;
+  rope_k<<<grid(n), kThreads, 0, s>>>(a.x, a.cos, a.sin, a.rows, a.heads, a.head_dim, a.rope_dim, a.inverse);
+  DI_CUDA_LAUNCHED();
+}
+void swiglu(const SwigluArgs& a, cudaStream_t s) {
+  if (a.rows * a.inter == 0) return;
+  swiglu_k<<<grid(a.rows * a.inter), kThreads, 0, s>>>(a.gate, a.up, a.weight, a.out, a.rows, a.inter, a.limit);
+  DI_CUDA_LAUNCHED();
+}
+void compress_pool(const CompressPoolArgs& a, cudaStream_t s) {
+  if (a.groups * a.dim == 0) return;
+  compress_pool_k<<<grid(a.groups * a.dim), kThreads, 0, s>>>(a.kv, a.gate, a.out, a.groups, a.ratio, a.dim);
+  DI_CUDA_LAUNCHED();
+}
+void fake_quant(const FakeQuantArgs& a, cudaStream_t s) {
+  if (a.block <= 0 || a.dim % a.block != 0 || a.rows == 0) return;
+  const int64_t blocks = a.rows * (a.dim / a.block);
+  fake_quant_k<<<grid(blocks), kThreads, 0, s>>>(a.x, blocks, a.block, static_cast<int>(a.kind), a.codes, a.scales);
+  DI_CUDA_LAUNCHED();
+}
+void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStream_t s) {
+  if (n * w.cols == 0) return;
+  dequant_k<<<grid(n * w.cols), kThreads, 0, s>>>(w, row0, n, out);
+  DI_CUDA_LAUNCHED();
+}
+void hc_mixes(const HcMixesArgs& a, cudaStream_t s) {
+  if (a.rows == 0) return;
+  hc_mixes_k<<<static_cast<unsigned>(a.rows), kThreads, 0, s>>>(a);
+  DI_CUDA_LAUNCHED();
+}
+void hc_collapse(const HcCollapseArgs& a, cudaStream_t s) {
+  if (a.rows * a.dim == 0) return;
+  hc_collapse_k<<<grid(a.rows * a.dim), kThreads, 0, s>>>(a);
+  DI_CUDA_LAUNCHED();
+}
+void hc_expand(const HcExpandArgs& a, cudaStream_t s) {
+  if (a.rows * a.dim == 0) return;
+  hc_expand_k<<<grid(a.rows * a.dim), kThreads, 0, s>>>(a);
+  DI_CUDA_LAUNCHED();
+}
+void engram_gate(const EngramGateArgs& a, cudaStream_t s) {
+  if (a.rows == 0) return;
+  engram_gate_k<<<static_cast<unsigned>(a.rows * a.hc), kThreads, 0, s>>>(a);
+  DI_CUDA_LAUNCHED();
+}
+
+}  // namespace deepinfer::kernels::cuda
