@@ -66,6 +66,7 @@ struct Request {
 struct EngineStats {
   int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0, preemptions = 0;
   double wall_s = 0, schedule_s = 0, model_s = 0, sample_s = 0, commit_s = 0;
+  int64_t grammar_compiles = 0;  // structured-output grammars compiled by this LLM so far
 };
 
 class LLM {

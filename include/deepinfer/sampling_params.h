@@ -12,6 +12,16 @@
 
 namespace deepinfer {
 
+// Structured output: the completion is constrained, token by token, to a JSON Schema, a
+// regular expression, an EBNF grammar (syntax: README, "Structured outputs"), or any JSON
+// object. Generation ends when the grammar is complete (finish reason "stop").
+struct StructuredOutput {
+  enum class Kind { kJsonSchema, kRegex, kGrammar, kJsonObject };
+  Kind kind = Kind::kJsonSchema;
+  std::string source;          // the schema (JSON text), the regex or the grammar; "" for kJsonObject
+  bool any_whitespace = true;  // JSON kinds: white space between tokens (else exactly ", " and ": ")
+};
+
 struct SamplingParams {
   int n = 1;                        // completions per prompt
   int max_tokens = 16;              // generated tokens at most (per completion)
@@ -29,6 +39,7 @@ struct SamplingParams {
   std::optional<uint64_t> seed;     // per-request seed; unset = the engine's seed
   std::optional<int> logprobs;      // top-n logprobs per generated token (0 = the chosen one only)
   bool skip_special_tokens = true;
+  std::optional<StructuredOutput> structured_output;  // unset: unconstrained
 };
 
 // "" when valid, else a message naming the field and the expected range. vocab_size bounds

@@ -48,13 +48,90 @@ std::vector<int32_t> get_ids(const json& b, const char* k) {
   return ids;
 }
 
+// A schema given as an object/boolean (dumped, keys in their original order) or as JSON text.
+std::string schema_text(const nlohmann::ordered_json& v, const std::string& field) {
+  if (v.is_object() || v.is_boolean()) return v.dump();
+  if (v.is_string()) return v.get<std::string>();
+  bad(field, "expected a JSON schema (an object or its JSON text), got " + v.dump().substr(0, 80));
+}
+std::string string_field(const nlohmann::ordered_json& v, const std::string& field) {
+  if (!v.is_string() || v.get<std::string>().empty()) bad(field, "expected a non-empty string");
+  return v.get<std::string>();
+}
+
+// OpenAI's response_format, vLLM's structured_outputs and guided_json / guided_regex /
+// guided_grammar (at most one of them). `b` is read with its keys in file order, so a
+// schema's properties are generated in the order the user wrote them.
+void parse_structured_output(const nlohmann::ordered_json& b, SamplingParams& s) {
+  using json = nlohmann::ordered_json;
+  using Kind = StructuredOutput::Kind;
+  int given = 0;
+  for (const char* k : {"response_format", "structured_outputs", "guided_json", "guided_regex", "guided_grammar"})
+    given += b.contains(k) && !b[k].is_null() ? 1 : 0;
+  if (given == 0) return;
+  if (given > 1) throw Error("body: give at most one of response_format, structured_outputs, guided_json, guided_regex, guided_grammar");
+  StructuredOutput so;
+  if (b.contains("response_format") && !b["response_format"].is_null()) {
+    const json& rf = b["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+      bad("response_format", "expected {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
+    const std::string type = rf["type"].get<std::string>();
+    if (type == "text") return;
+    if (type == "json_object") {
+      so.kind = Kind::kJsonObject;
+    } else if (type == "json_schema") {
+      if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
+        bad("response_format.json_schema", "expected an object {\"name\", \"schema\"}");
+      const json& js = rf["json_schema"];
+      if (js.contains("name") && !js["name"].is_string()) bad("response_format.json_schema.name", "expected a string");
+      if (js.contains("strict") && !js["strict"].is_boolean() && !js["strict"].is_null())
+        bad("response_format.json_schema.strict", "expected true or false");
+      so.source = js.contains("schema") ? schema_text(js["schema"], "response_format.json_schema.schema") : "{}";
+    } else {
+      bad("response_format.type", "expected text, json_object or json_schema, got \"" + type + "\"");
+    }
+  } else if (b.contains("structured_outputs")) {
+    const json& so_j = b["structured_outputs"];
+    if (!so_j.is_object()) bad("structured_outputs", "expected an object");
+    int kinds = 0;
+    for (auto it = so_j.begin(); it != so_j.end(); ++it) {
+      const std::string k = it.key();
+      const std::string f = "structured_outputs." + k;
+      if (k == "json") {
+        so.kind = Kind::kJsonSchema, so.source = schema_text(it.value(), f), ++kinds;
+      } else if (k == "regex") {
+        so.kind = Kind::kRegex, so.source = string_field(it.value(), f), ++kinds;
+      } else if (k == "grammar") {
+        so.kind = Kind::kGrammar, so.source = string_field(it.value(), f), ++kinds;
+      } else if (k == "json_object") {
+        if (!it.value().is_boolean()) bad(f, "expected true or false");
+        if (it.value().get<bool>()) so.kind = Kind::kJsonObject, ++kinds;
+      } else if (k == "disable_any_whitespace") {
+        if (!it.value().is_boolean()) bad(f, "expected true or false");
+        so.any_whitespace = !it.value().get<bool>();
+      } else {
+        bad(f, "unknown field (expected json, regex, grammar, json_object or disable_any_whitespace)");
+      }
+    }
+    if (kinds != 1) bad("structured_outputs", "give exactly one of json, regex, grammar, json_object");
+  } else if (b.contains("guided_json")) {
+    so.kind = Kind::kJsonSchema, so.source = schema_text(b["guided_json"], "guided_json");
+  } else if (b.contains("guided_regex")) {
+    so.kind = Kind::kRegex, so.source = string_field(b["guided_regex"], "guided_regex");
+  } else {
+    so.kind = Kind::kGrammar, so.source = string_field(b["guided_grammar"], "guided_grammar");
+  }
+  s.structured_output = so;
+}
+
 void parse_body(const json& b, Request& r) {
   if (!b.is_object()) throw Error("body: expected an object");
   static const char* kKnown[] = {"model", "prompt", "prompt_token_ids", "messages", "max_tokens", "max_completion_tokens",
                                  "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos",
                                  "logprobs", "top_logprobs", "n", "presence_penalty", "frequency_penalty",
                                  "repetition_penalty", "min_tokens", "skip_special_tokens", "thinking", "reasoning_effort",
-                                 "chat_template_kwargs", "stream", "user"};
+                                 "chat_template_kwargs", "stream", "user", "response_format", "structured_outputs",
+                                 "guided_json", "guided_regex", "guided_grammar"};
   for (auto it = b.begin(); it != b.end(); ++it) {
     bool known = false;
     for (const char* k : kKnown) known = known || it.key() == k;
@@ -163,6 +240,13 @@ Request parse_batch_line(const std::string& line, size_t line_no) {
   }
   try {
     parse_body(j["body"], r);
+    const json& b = j["body"];
+    for (const char* k : {"response_format", "structured_outputs", "guided_json", "guided_regex", "guided_grammar"}) {
+      if (b.contains(k)) {  // read again with the keys in file order
+        parse_structured_output(nlohmann::ordered_json::parse(line)["body"], r.params);
+        break;
+      }
+    }
   } catch (const Error& e) {
     r.error = e.what();
   }

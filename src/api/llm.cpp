@@ -18,6 +18,7 @@ struct LLM::Impl {
   std::unique_ptr<kernels::Backend> backend;
   model::LoadedModel lm;
   EngineStats stats;
+  std::shared_ptr<grammar::GrammarCache> grammars;  // structured-output grammars, kept across runs
 
   std::vector<RequestOutput> run(std::vector<engine::EngineRequest> reqs,
                                  const std::function<void(size_t, const RequestOutput&)>& on_finish = nullptr,
@@ -35,11 +36,13 @@ struct LLM::Impl {
     }
     o.seed = cfg.seed;
     o.on_text = on_text;
+    o.grammars = grammars;
     engine::Engine eng(*lm.model, lm.tokenizer.get(), o);
     auto outs = eng.run(std::move(reqs), on_finish);
+    grammars = eng.grammar_cache();
     const auto& t = eng.times();
     stats = EngineStats{static_cast<int64_t>(outs.size()), t.prompt_tokens, t.generated_tokens, t.steps, t.preemptions,
-                        t.wall_s, t.schedule_s, t.model_s, t.sample_s, t.commit_s};
+                        t.wall_s, t.schedule_s, t.model_s, t.sample_s, t.commit_s, eng.grammar_compiles()};
     return outs;
   }
 };

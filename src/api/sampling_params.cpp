@@ -48,6 +48,16 @@ std::string validate(const SamplingParams& p, int64_t vocab_size) {
   }
   if (p.logprobs && !(*p.logprobs >= 0 && *p.logprobs <= 20))
     return bad("logprobs", *p.logprobs, "0 <= logprobs <= 20 when set");
+  if (const auto& so = p.structured_output) {
+    // The source itself is compiled (and its errors reported) by the engine.
+    const bool needs_source = so->kind != StructuredOutput::Kind::kJsonObject;
+    if (needs_source && so->source.empty())
+      return "SamplingParams.structured_output.source is empty: expected a JSON schema, a regex or a grammar";
+    if (!needs_source && !so->source.empty())
+      return "SamplingParams.structured_output.source must be empty for kind json_object";
+    if (so->source.size() > (size_t{1} << 20))
+      return bad("structured_output.source size", so->source.size(), "at most 1 MiB");
+  }
   return "";  // seed: any value
 }
 

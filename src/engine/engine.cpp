@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "grammar/grammar_cache.h"
+#include "grammar/matcher.h"
 #include "runner/model_runner.h"
 #include "tokenizer/detokenizer.h"
 
@@ -24,6 +26,8 @@ struct Completion {
   CompletionOutput out;
   size_t streamed = 0;  // bytes of out.text already passed to on_text
   bool done = false;
+  std::unique_ptr<grammar::Matcher> matcher;  // structured output only
+  std::vector<uint32_t> mask;                 // [ceil(vocab / 32)] u32: the next token's allowed ids
 };
 
 struct Engine::Live {
@@ -34,7 +38,7 @@ struct Engine::Live {
 };
 
 Engine::Engine(model::DeepseekV41& model, const tokenizer::Tokenizer* tok, EngineOptions opts)
-    : model_(model), tok_(tok), opts_(opts) {
+    : model_(model), tok_(tok), opts_(opts), grammars_(opts_.grammars) {
   if (opts_.sampler_threads > 1) pool_ = std::make_unique<core::ThreadPool>(opts_.sampler_threads);
   for (int64_t e : model_.config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(e));
   if (tok_ && tok_->eos_id() && std::find(eos_ids_.begin(), eos_ids_.end(), *tok_->eos_id()) == eos_ids_.end())
@@ -42,6 +46,20 @@ Engine::Engine(model::DeepseekV41& model, const tokenizer::Tokenizer* tok, Engin
 }
 
 Engine::~Engine() = default;
+
+int64_t Engine::grammar_compiles() const { return grammars_ ? grammars_->compiles() : 0; }
+
+std::string Engine::structured_output_error(const SamplingParams& p) {
+  if (!tok_) return "structured_output: needs a tokenizer (the model has no tokenizer.json)";
+  if (!grammars_) {
+    std::vector<int32_t> stops;  // the engine's EOS ids that the tokenizer knows
+    for (int32_t e : eos_ids_)
+      if (e >= 0 && e < tok_->vocab_size()) stops.push_back(e);
+    grammars_ = std::make_shared<grammar::GrammarCache>(grammar::Vocabulary::from_tokenizer(*tok_, stops));
+  }
+  auto r = grammars_->get(*p.structured_output, pool_.get());
+  return r.grammar ? std::string() : "structured_output: " + r.error;
+}
 
 std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
                                        const std::function<void(size_t, const RequestOutput&)>& on_finish) {
@@ -79,6 +97,7 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
           break;
         }
     if (err.empty() && !tok_ && !p.stop.empty()) err = "stop: stop strings need a tokenizer (the model has no tokenizer.json)";
+    if (err.empty() && p.structured_output) err = structured_output_error(p);
     if (!err.empty()) {
       fail(*L, err);
       live.push_back(std::move(L));
@@ -95,6 +114,10 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
       c->seed = base_seed;
       c->out.index = k;
       if (tok_) c->detok = std::make_unique<tokenizer::IncrementalDetokenizer>(*tok_, p.skip_special_tokens);
+      if (p.structured_output) {  // compiled above (cached): one matcher per completion
+        c->matcher = std::make_unique<grammar::Matcher>(grammars_->get(*p.structured_output).grammar);
+        c->mask.assign(static_cast<size_t>((V + 31) / 32), 0u);
+      }
       L->comps.push_back(std::move(c));
     }
     L->remaining = p.n;
@@ -162,6 +185,10 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
       sr.prompt_ids = L.req.prompt_ids;
       sr.output_ids = output32[i];
       sr.eos_ids = eos_ids_;
+      if (c.matcher) {
+        c.matcher->fill_next_token_bitmask(c.mask);
+        sr.allowed_bitmask = c.mask;
+      }
     }
     sampler_.sample_batch(sreqs, sres, pool_.get());
     times_.sample_s += since(t0);
@@ -178,6 +205,8 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
       if (sres[i].logprob) c.out.logprobs.push_back(*sres[i].logprob);
       s.tokens.push_back(tok);
       ++times_.generated_tokens;
+      // The mask allowed `tok`, so the matcher accepts it (EOS only where the grammar can end).
+      if (c.matcher) DI_CHECK(c.matcher->accept_token(tok), "structured output: a masked-in token was rejected");
       // Text, then the stop conditions in vLLM's order: EOS / stop token, stop string, length.
       bool stopped = false;
       const bool is_eos = !p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
@@ -218,6 +247,8 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
       if (stopped) {
       } else if (is_eos || is_stop_tok) {
         finish_completion(L, c, FinishReason::kStop, is_stop_tok ? std::to_string(tok) : "");
+      } else if (c.matcher && (c.matcher->is_terminated() || c.matcher->is_completed())) {
+        finish_completion(L, c, FinishReason::kStop, "");  // the grammar is complete
       } else if (c.out.token_ids.size() >= static_cast<size_t>(p.max_tokens)) {
         finish_completion(L, c, FinishReason::kLength, "");
       }

@@ -26,6 +26,10 @@
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
+namespace deepinfer::grammar {
+class GrammarCache;
+}
+
 namespace deepinfer::engine {
 
 struct EngineOptions {
@@ -35,6 +39,8 @@ struct EngineOptions {
   int sampler_threads = 1;
   // Optional: each completion's newly decoded text as it is generated (request, completion, text).
   std::function<void(size_t, int, const std::string&)> on_text;
+  // Optional: compiled structured-output grammars shared across runs (created on first use).
+  std::shared_ptr<grammar::GrammarCache> grammars;
 };
 
 struct EngineRequest {
@@ -62,8 +68,14 @@ class Engine {
   std::vector<RequestOutput> run(std::vector<EngineRequest> requests,
                                  const std::function<void(size_t, const RequestOutput&)>& on_finish = nullptr);
   const StepTimes& times() const { return times_; }
+  // Structured-output grammars compiled so far (one per distinct source, across runs).
+  int64_t grammar_compiles() const;
+  // The grammar cache (null until a structured request came), to share with a later engine.
+  std::shared_ptr<grammar::GrammarCache> grammar_cache() const { return grammars_; }
 
  private:
+  // The request's compiled grammar, or "" with an error message (structured outputs only).
+  std::string structured_output_error(const SamplingParams& p);
   struct Live;  // per-request running state
   model::DeepseekV41& model_;
   const tokenizer::Tokenizer* tok_;
@@ -72,6 +84,7 @@ class Engine {
   std::unique_ptr<core::ThreadPool> pool_;
   StepTimes times_;
   std::vector<int32_t> eos_ids_;
+  std::shared_ptr<grammar::GrammarCache> grammars_;  // created on the first structured request
 };
 
 }  // namespace deepinfer::engine

@@ -19,21 +19,14 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-const std::set<std::string> kAnnotations = {
-    "title", "description", "default", "examples", "example", "$schema", "$id", "$comment", "deprecated", "readOnly",
-    "writeOnly", "$anchor", "contentEncoding", "contentMediaType", "$defs", "definitions"};
-const std::set<std::string> kKeywords = {
-    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems",
-    "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "uniqueItems"};
 // Keywords an enum/const value is checked against (anything else beside enum/const is an error).
 const std::set<std::string> kValueChecks = {"type", "enum", "const", "minimum", "maximum", "exclusiveMinimum",
                                             "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems"};
 const std::set<std::string> kTypes = {"object", "array", "string", "integer", "number", "boolean", "null"};
 
-std::string at(const std::string& path) { return "JSON schema at " + path + ": "; }
-
-bool is_constraint(const std::string& k) { return kAnnotations.count(k) == 0; }
+using detail::at;
+using detail::check_schema_keywords;
+using detail::is_constraint;
 
 // "name" as a JSON string literal (canonical escapes).
 std::string json_quoted(const std::string& name) {
@@ -70,19 +63,19 @@ class Converter {
       return any_value();
     }
     if (!s.is_object()) throw Error(at(path) + "a schema must be an object or a boolean");
-    check_keywords(s, path);
+    check_schema_keywords(s, path);
     if (s.contains("$ref")) {
       bool siblings = false;
       for (auto& [k, v] : s.items()) siblings = siblings || (k != "$ref" && is_constraint(k));
       if (!siblings) return g_.ref(ref_rule(s["$ref"], path));
-      return visit(merge_all(ojson::array({ojson{{"$ref", s["$ref"]}}, without(s, {"$ref"})}), path), path);
+      return visit(detail::merge_all_of(ojson::array({ojson{{"$ref", s["$ref"]}}, without(s, {"$ref"})}), path, resolver()), path);
     }
     if (s.contains("allOf")) {
       const ojson& all = s["allOf"];
       if (!all.is_array() || all.empty()) throw Error(at(path) + "'allOf' must be a non-empty array");
       ojson members = all;
       members.push_back(without(s, {"allOf"}));
-      return visit(merge_all(members, path + "/allOf"), path + "/allOf");
+      return visit(detail::merge_all_of(members, path + "/allOf", resolver()), path + "/allOf");
     }
     for (const char* kw : {"anyOf", "oneOf"}) {
       if (!s.contains(kw)) continue;
@@ -95,7 +88,7 @@ class Converter {
       std::vector<int32_t> alts;
       for (size_t i = 0; i < branches.size(); ++i) {
         const std::string p = path + "/" + kw + "/" + std::to_string(i);
-        alts.push_back(has_base ? visit(merge_all(ojson::array({base, branches[i]}), p), p) : visit(branches[i], p));
+        alts.push_back(has_base ? visit(detail::merge_all_of(ojson::array({base, branches[i]}), p, resolver()), p) : visit(branches[i], p));
       }
       return g_.alt(alts);
     }
@@ -128,16 +121,6 @@ class Converter {
     std::vector<int32_t> alts;
     for (const auto& t : types) alts.push_back(type_expr(t, s, path));
     return g_.alt(alts);
-  }
-
-  void check_keywords(const ojson& s, const std::string& path) {
-    for (auto& [k, v] : s.items()) {
-      if (kAnnotations.count(k) || kKeywords.count(k)) continue;
-      throw Error(at(path) + "keyword '" + k + "' is not supported");
-    }
-    if (s.contains("uniqueItems") && !(s["uniqueItems"].is_boolean() && !s["uniqueItems"].get<bool>())) {
-      throw Error(at(path) + "keyword 'uniqueItems' is not supported");
-    }
   }
 
   static ojson without(const ojson& s, std::initializer_list<const char*> keys) {
@@ -523,6 +506,10 @@ class Converter {
     return *cur;
   }
 
+  detail::RefResolver resolver() {
+    return [this](const std::string& ref, const std::string& path) -> const ojson& { return resolve(ref, path); };
+  }
+
   int32_t ref_rule(const ojson& ref, const std::string& path) {
     if (!ref.is_string()) throw Error(at(path) + "'$ref' must be a string");
     const std::string r = ref.get<std::string>();
@@ -538,142 +525,6 @@ class Converter {
   }
 
   // allOf members (with $ref resolved one level and nested allOf flattened) as one schema.
-  ojson merge_all(const ojson& members, const std::string& path) {
-    ojson out = ojson::object();
-    std::vector<ojson> flat;
-    std::function<void(const ojson&, int)> add = [&](const ojson& m, int depth) {
-      if (depth > 32) throw Error(at(path) + "allOf/$ref nested too deeply");
-      if (m.is_boolean()) {
-        if (!m.get<bool>()) throw Error(at(path) + "allOf contains the schema 'false'");
-        return;
-      }
-      if (!m.is_object()) throw Error(at(path) + "allOf members must be schemas");
-      ojson rest = m;
-      if (m.contains("$ref")) {
-        if (!m["$ref"].is_string()) throw Error(at(path) + "'$ref' must be a string");
-        add(resolve(m["$ref"].get<std::string>(), path), depth + 1);
-        rest.erase("$ref");
-      }
-      if (m.contains("allOf")) {
-        if (!m["allOf"].is_array()) throw Error(at(path) + "'allOf' must be an array");
-        for (const auto& x : m["allOf"]) add(x, depth + 1);
-        rest.erase("allOf");
-      }
-      flat.push_back(std::move(rest));
-    };
-    for (const auto& m : members) add(m, 0);
-    for (const auto& m : flat) out = merge_two(out, m, path);
-    return out;
-  }
-
-  ojson merge_two(const ojson& a, const ojson& b, const std::string& path) {
-    ojson r = a;
-    auto fail = [&](const std::string& k) { throw Error(at(path) + "cannot combine '" + k + "' in allOf"); };
-    // A property that only one member declares is, for the other member, an additional
-    // property: that member's additionalProperties schema applies to it too.
-    auto cross = [&](const ojson& owner, const ojson& other, ojson& out_props) {
-      if (!owner.contains("properties") || !owner["properties"].is_object()) return;
-      if (!other.contains("additionalProperties") || !other["additionalProperties"].is_object()) return;
-      for (auto& [p, ps] : owner["properties"].items()) {
-        const bool declared = other.contains("properties") && other["properties"].is_object() && other["properties"].contains(p);
-        if (!declared) out_props[p] = ojson{{"allOf", ojson::array({ps, other["additionalProperties"]})}};
-      }
-    };
-    ojson crossed_a = ojson::object(), crossed_b = ojson::object();
-    cross(a, b, crossed_a);
-    cross(b, a, crossed_b);
-    auto closed = [](const ojson& s) { return s.contains("additionalProperties") && s["additionalProperties"] == false; };
-    auto prop_names = [](const ojson& s) {
-      std::set<std::string> n;
-      if (s.contains("properties") && s["properties"].is_object()) {
-        for (auto& [k, v] : s["properties"].items()) n.insert(k);
-      }
-      return n;
-    };
-    for (auto& [k, v] : b.items()) {
-      if (!is_constraint(k)) continue;
-      check_keywords(ojson{{k, v}}, path);
-      if (!r.contains(k)) {
-        r[k] = v;
-        continue;
-      }
-      ojson& x = r[k];
-      if (x == v) continue;
-      if (k == "type") {
-        auto list = [](const ojson& t) { return t.is_array() ? t : ojson::array({t}); };
-        ojson out = ojson::array();
-        for (const auto& t1 : list(x)) {
-          for (const auto& t2 : list(v)) {
-            if (t1 == t2) out.push_back(t1);
-            else if ((t1 == "integer" && t2 == "number") || (t1 == "number" && t2 == "integer")) out.push_back("integer");
-          }
-        }
-        if (out.empty()) throw Error(at(path) + "allOf: the types do not intersect");
-        x = out;
-      } else if (k == "properties") {
-        if (!x.is_object() || !v.is_object()) fail(k);
-        for (auto& [p, ps] : v.items()) x[p] = x.contains(p) ? ojson{{"allOf", ojson::array({x[p], ps})}} : ps;
-      } else if (k == "required") {
-        for (const auto& q : v) {
-          if (std::find(x.begin(), x.end(), q) == x.end()) x.push_back(q);
-        }
-      } else if (k == "additionalProperties" || k == "items") {
-        if (x == false || v == false) x = false;
-        else if (x == true) x = v;
-        else if (v != true) x = ojson{{"allOf", ojson::array({x, v})}};
-      } else if (k == "prefixItems") {
-        for (size_t i = 0; i < v.size(); ++i) {
-          if (i < x.size()) x[i] = ojson{{"allOf", ojson::array({x[i], v[i]})}};
-          else x.push_back(v[i]);
-        }
-      } else if (k == "minItems" || k == "minLength" || k == "minimum" || k == "exclusiveMinimum") {
-        if (!x.is_number() || !v.is_number()) fail(k);
-        if (v.get<double>() > x.get<double>()) x = v;
-      } else if (k == "maxItems" || k == "maxLength" || k == "maximum" || k == "exclusiveMaximum") {
-        if (!x.is_number() || !v.is_number()) fail(k);
-        if (v.get<double>() < x.get<double>()) x = v;
-      } else if (k == "enum") {
-        ojson out = ojson::array();
-        for (const auto& e : x) {
-          if (std::find(v.begin(), v.end(), e) != v.end()) out.push_back(e);
-        }
-        if (out.empty()) throw Error(at(path) + "allOf: the 'enum' lists have no common value");
-        x = out;
-      } else if (k == "anyOf" || k == "oneOf") {
-        if (x.size() * v.size() > 256) fail(k);
-        ojson out = ojson::array();
-        for (const auto& p : x) {
-          for (const auto& q : v) out.push_back(ojson{{"allOf", ojson::array({p, q})}});
-        }
-        x = out;
-      } else {
-        fail(k);  // const, pattern, format, uniqueItems... that differ
-      }
-    }
-    for (const ojson* crossed : {&crossed_a, &crossed_b}) {
-      for (auto& [p, ps] : crossed->items()) r["properties"][p] = ps;
-    }
-    // additionalProperties: false in one member restricts the other's properties.
-    for (const ojson* closed_side : {&a, &b}) {
-      if (!closed(*closed_side)) continue;
-      std::set<std::string> allowed = prop_names(*closed_side);
-      if (r.contains("properties")) {
-        for (auto it = r["properties"].begin(); it != r["properties"].end();) {
-          it = allowed.count(it.key()) ? std::next(it) : r["properties"].erase(it);
-        }
-      }
-      if (r.contains("required")) {
-        for (const auto& q : r["required"]) {
-          if (q.is_string() && !allowed.count(q.get<std::string>())) {
-            throw Error(at(path) + "allOf: required property '" + q.get<std::string>() + "' is excluded by 'additionalProperties': false");
-          }
-        }
-      }
-      r["additionalProperties"] = false;
-    }
-    return r;
-  }
-
   Grammar g_;
   const ojson& root_;
   JsonSchemaOptions o_;

@@ -1,7 +1,11 @@
 // Internal to the JSON-Schema compiler: white space and separators, the shared any-JSON
-// value rule and the JSON string expression. Not a public interface.
+// value rule, the JSON string expression, keyword checks and allOf merging. Not a public
+// interface.
 // Threading: stateless functions over a Grammar being built.
 #pragma once
+
+#include <functional>
+#include <string>
 
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
@@ -19,5 +23,19 @@ JsonLayout make_layout(Grammar& g, const JsonSchemaOptions& o);
 int32_t json_string_expr(Grammar& g);
 // The recursive rule `json_value` (created once per grammar).
 int32_t json_value_rule(Grammar& g, const JsonLayout& l);
+
+using ojson = nlohmann::ordered_json;
+// "JSON schema at PATH: " (the prefix of every error).
+std::string at(const std::string& path);
+// Not an annotation (title, description, $defs, ...).
+bool is_constraint(const std::string& keyword);
+// Throws for a keyword that is neither supported nor an annotation.
+void check_schema_keywords(const ojson& s, const std::string& path);
+// Resolves a "$ref" inside the document (errors name `path`).
+using RefResolver = std::function<const ojson&(const std::string& ref, const std::string& path)>;
+// allOf: the members (with $ref resolved one level, nested allOf flattened) as one schema:
+// types intersect, properties and required unite (a member's additionalProperties applies
+// to the other members' properties), bounds tighten, enums intersect, anyOf/oneOf distribute.
+ojson merge_all_of(const ojson& members, const std::string& path, const RefResolver& resolve);
 
 }  // namespace deepinfer::grammar::detail

@@ -97,13 +97,15 @@ void Matcher::rollback(int n_tokens) {
 
 bool Matcher::check_from(const Config& k, std::string_view bytes) const {
   const size_t arena0 = arena_.size();
-  std::vector<Config> cur{k}, nxt, heads;
+  std::vector<Config>& cur = check_a_;
+  std::vector<Config>& nxt = check_b_;
+  cur.assign(1, k);
   bool ok = true;
   for (char c : bytes) {
-    heads.clear();
+    buf_heads_.clear();
     bool dummy = false;
-    closure(*t_, arena_, cur, heads, &dummy, scratch_);
-    step_heads(*t_, heads, static_cast<uint8_t>(c), nxt);
+    closure(*t_, arena_, cur, buf_heads_, &dummy, scratch_);
+    step_heads(*t_, buf_heads_, static_cast<uint8_t>(c), nxt);
     if (nxt.empty()) {
       ok = false;
       break;

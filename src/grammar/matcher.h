@@ -85,7 +85,7 @@ class Matcher {
   std::vector<Step> history_;
   std::vector<Config> history_kernels_;
   mutable ClosureScratch scratch_;
-  mutable std::vector<Config> buf_a_, buf_b_, buf_heads_;
+  mutable std::vector<Config> buf_a_, buf_b_, buf_heads_, check_a_, check_b_;
   mutable std::vector<int32_t> chain_;
   mutable std::vector<uint8_t> tag_match_;
 };

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <unordered_set>
 #include <vector>
 
 #include "core/error.h"
@@ -90,10 +91,33 @@ struct Config {
   bool operator<(const Config& o) const { return state != o.state ? state < o.state : parent < o.parent; }
 };
 
-// Reusable buffers for closure().
+struct ConfigHash {
+  size_t operator()(const Config& c) const {
+    return static_cast<size_t>((static_cast<uint64_t>(static_cast<uint32_t>(c.state)) << 32 | static_cast<uint32_t>(c.parent)) *
+                               0x9E3779B97F4A7C15ull);
+  }
+};
+
+// Reusable buffers for closure(): the visited set is a short list, then a hash set.
 struct ClosureScratch {
   std::vector<Config> work;
   std::vector<Config> seen;
+  std::unordered_set<Config, ConfigHash> seen_set;
+
+  void clear() {
+    seen.clear();
+    seen_set.clear();
+  }
+  // True the first time `c` is offered.
+  bool visit(const Config& c) {
+    if (seen.size() < 32) {
+      if (std::find(seen.begin(), seen.end(), c) != seen.end()) return false;
+      seen.push_back(c);
+      if (seen.size() == 32) seen_set.insert(seen.begin(), seen.end());
+      return true;
+    }
+    return seen_set.insert(c).second;
+  }
 };
 
 // Expands `kernels` into `heads` (configurations with a byte transition), appending; sets
@@ -101,7 +125,7 @@ struct ClosureScratch {
 inline void closure(const PdaTables& t, StackArena& arena, const std::vector<Config>& kernels,
                     std::vector<Config>& heads, bool* can_end, ClosureScratch& sc) {
   sc.work.assign(kernels.begin(), kernels.end());
-  sc.seen.clear();
+  sc.clear();
   while (!sc.work.empty()) {
     Config c = sc.work.back();
     sc.work.pop_back();
@@ -110,8 +134,7 @@ inline void closure(const PdaTables& t, StackArena& arena, const std::vector<Con
       heads.push_back(c);  // the common case: nothing to expand
       return;
     }
-    if (std::find(sc.seen.begin(), sc.seen.end(), c) != sc.seen.end()) continue;
-    sc.seen.push_back(c);
+    if (!sc.visit(c)) continue;
     if (f & PdaTables::kHasBytes) heads.push_back(c);
     if (f & PdaTables::kHasCalls) {
       for (int32_t i = t.call_begin[static_cast<size_t>(c.state)]; i < t.call_begin[static_cast<size_t>(c.state) + 1]; ++i) {

@@ -43,6 +43,8 @@ class MaskBuilder {
     heads_.resize(levels);
     pops_.resize(levels);
     ovf_.assign(levels, 0);
+    simple_.assign(levels, 0);
+    sstate_.assign(levels, 0);
     arena_size_.assign(levels, 0);
   }
 
@@ -65,11 +67,33 @@ class MaskBuilder {
     kernels_.assign(1, {state, -1, 0});
     ovf_[0] = closure(0) ? 1 : 0;
     arena_size_[0] = arena_.size();
+    mark_simple(0);
     std::vector<int32_t> alive;
     size_t i = 1;
     while (i < trie.size()) {
       const auto& node = trie[i];
       const size_t d = node.depth;
+      if (simple_[d - 1]) {
+        // Fast path: one configuration inside a rule, no call or end reachable: a table step.
+        const int32_t ns = t_.step(sstate_[d - 1], node.byte);
+        if (ns < 0) {
+          int32_t b = 0, end = 0;
+          subtree_tokens(i, &b, &end);
+          e.n_rejected += end - b;
+          i = static_cast<size_t>(node.subtree_end);
+          continue;
+        }
+        if (t_.flags[static_cast<size_t>(ns)] == PdaTables::kHasBytes) {
+          simple_[d] = 1;
+          sstate_[d] = ns;
+          ovf_[d] = 0;
+          arena_size_[d] = arena_size_[d - 1];
+          accepted.insert(accepted.end(), trie_tokens.begin() + node.tokens_begin, trie_tokens.begin() + node.tokens_end);
+          ++i;
+          continue;
+        }
+        heads_[d - 1].assign(1, TConfig{sstate_[d - 1], -1, 0});
+      }
       arena_.truncate(arena_size_[d - 1]);
       kernels_.clear();
       for (const TConfig& h : heads_[d - 1]) {
@@ -115,6 +139,7 @@ class MaskBuilder {
           add_uncertain(alive, ovf_[d - 1] != 0, node.tokens_begin, node.tokens_end);
         }
       }
+      mark_simple(d);
       if (heads_[d].empty()) {
         int32_t b = 0, end = 0;
         subtree_tokens(i, &b, &end);
@@ -170,6 +195,14 @@ class MaskBuilder {
     auto [it, fresh] = tag_ids_.emplace(key, static_cast<int32_t>(tags_.size()));
     if (fresh) tags_.push_back({parent, ret, tags_[static_cast<size_t>(parent)].depth + 1});
     return it->second;
+  }
+
+  // Depth d can use the fast path: a single plain configuration and no overflow.
+  void mark_simple(size_t d) {
+    const auto& h = heads_[d];
+    simple_[d] = (!ovf_[d] && pops_[d].empty() && h.size() == 1 && h[0].tag == 0 && h[0].parent < 0 &&
+                  t_.flags[static_cast<size_t>(h[0].state)] == PdaTables::kHasBytes) ? 1 : 0;
+    if (simple_[d]) sstate_[d] = h[0].state;
   }
 
   // kernels_ -> heads_[d], pops_[d]; returns true when a pop went past max_tag_depth.
@@ -231,6 +264,8 @@ class MaskBuilder {
   std::vector<std::vector<TConfig>> heads_;
   std::vector<std::vector<int32_t>> pops_;
   std::vector<uint8_t> ovf_;
+  std::vector<uint8_t> simple_;
+  std::vector<int32_t> sstate_;
   std::vector<size_t> arena_size_;
   std::vector<TConfig> kernels_, work_, seen_;
   std::unordered_set<TConfig, TConfigHash> seen_set_;

@@ -41,6 +41,7 @@ struct Sampler::Workspace {
   std::vector<double> x;         // [vocab] fp64: processed logits, then x / T, then kept weights
   std::vector<Ranked> ranked;    // [<= vocab]: candidates for top-k / top-p ranking
   std::vector<double> lsm;       // [vocab] fp64: raw log-softmax (logprobs only)
+  std::vector<float> masked;     // [vocab] fp32: the masked row (logprobs with a mask only)
   PenaltyCounts counts;          // sparse penalty counts
 
   void ensure(int64_t vocab) {
@@ -57,7 +58,22 @@ namespace {
 
 using Workspace = Sampler::Workspace;
 
-// Copies the row into ws.x (NaN -> -inf) and applies steps (1)-(2).
+// Step (0'): x [vocab] gets -inf where the structured-output mask disallows the token.
+template <class T>
+void apply_allowed_bitmask(const SampleRequest& r, T* x, int64_t vocab) {
+  if (r.allowed_bitmask.empty()) return;
+  const uint32_t* m = r.allowed_bitmask.data();
+  const int64_t words = static_cast<int64_t>(r.allowed_bitmask.size());
+  for (int64_t w = 0; w * 32 < vocab; ++w) {
+    const uint32_t bits = w < words ? m[w] : 0u;
+    if (bits == 0xFFFFFFFFu) continue;
+    const int64_t end = std::min<int64_t>(vocab, (w + 1) * 32);
+    for (int64_t i = w * 32; i < end; ++i)
+      if (!((bits >> (i - w * 32)) & 1u)) x[i] = -std::numeric_limits<T>::infinity();
+  }
+}
+
+// Copies the row into ws.x (NaN -> -inf) and applies steps (0')-(2).
 void process(const SampleRequest& r, Workspace& ws) {
   DI_CHECK(r.params != nullptr, "SampleRequest.params is null");
   DI_CHECK(!r.logits.empty(), "SampleRequest.logits is empty");
@@ -66,6 +82,7 @@ void process(const SampleRequest& r, Workspace& ws) {
   double* x = ws.x.data();
   const float* l = r.logits.data();
   for (int64_t i = 0; i < vocab; ++i) x[i] = std::isnan(l[i]) ? kNegInf : static_cast<double>(l[i]);
+  apply_allowed_bitmask(r, x, vocab);
   apply_min_tokens_and_penalties(r, x, ws.counts);
 }
 
@@ -166,7 +183,13 @@ int32_t draw(const SampleRequest& r, const double* w, int64_t vocab) {
 TokenLogprob make_logprob(const SampleRequest& r, int32_t token, Workspace& ws) {
   const int64_t vocab = static_cast<int64_t>(r.logits.size());
   if (ws.lsm.size() < static_cast<size_t>(vocab)) ws.lsm.resize(static_cast<size_t>(vocab));
-  log_softmax(r.logits, std::span<double>(ws.lsm.data(), static_cast<size_t>(vocab)));
+  std::span<const float> row = r.logits;
+  if (!r.allowed_bitmask.empty()) {  // logprobs of the masked row
+    ws.masked.assign(r.logits.begin(), r.logits.end());
+    apply_allowed_bitmask(r, ws.masked.data(), vocab);
+    row = ws.masked;
+  }
+  log_softmax(row, std::span<double>(ws.lsm.data(), static_cast<size_t>(vocab)));
   const double* lp = ws.lsm.data();
   TokenLogprob out;
   out.token_id = token;

@@ -3,6 +3,9 @@
 // Purpose: for each row, in this order (mirrors vLLM v1 `Sampler.forward` / `sample`):
 //   (0) logprobs, when params.logprobs is set: log-softmax of the RAW row (vLLM's default
 //       "raw_logprobs"), the chosen token's value and the top-n (best first, ties: lower id);
+//   (0') structured output: when allowed_bitmask is set, every token whose bit is clear gets
+//       -inf first (vLLM applies the grammar bitmask to the logits before the sampler, so the
+//       raw logprobs of (0) are those of the masked row);
 //   (1) min_tokens: while output_ids.size() < min_tokens, every id in eos_ids and
 //       params.stop_token_ids gets -inf (eos_ids are blocked whatever ignore_eos says, as vLLM
 //       does for the model's EOS; the caller chooses which ids to pass);
@@ -61,6 +64,9 @@ struct SampleRequest {
   std::span<const int32_t> prompt_ids;   // [n_prompt] int32, for the repetition penalty
   std::span<const int32_t> output_ids;   // [n_output] int32, tokens generated so far
   std::span<const int32_t> eos_ids;      // [n_eos] int32, blocked during min_tokens
+  // Optional structured-output mask [words] u32: token i is allowed iff bit i % 32 of word
+  // i / 32 is set; ids at or past 32 * words are not allowed. Empty: no mask.
+  std::span<const uint32_t> allowed_bitmask;
 };
 
 struct SampleResult {

@@ -45,6 +45,7 @@ for t in $TARGETS; do
   mkdir -p "$OUT/corpus/$t" "$OUT/crashes/$t"
   echo "== fuzz_$t for ${SECS}s"
   if ! "$OUT/fuzz_$t" -max_total_time="$SECS" -max_len=4096 -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+       -dict=tests/fuzz/$t.dict \
        -artifact_prefix="$OUT/crashes/$t/" "$OUT/corpus/$t" "$OUT/seeds/$t" 2>&1 | tail -n 12; then
     status=1
   fi

@@ -63,6 +63,45 @@ std::string mutate(std::string s, std::mt19937_64& rng, const std::vector<std::s
   return s;
 }
 
+// A structural mutation of a JSON schema: replace, delete, graft or add keywords.
+std::string mutate_schema(const std::string& text, std::mt19937_64& rng, const std::vector<std::string>& pool) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+  static const char* kKeys[] = {"type", "minimum", "maximum", "exclusiveMinimum", "minLength", "maxLength", "pattern",
+                                "format", "items", "prefixItems", "minItems", "maxItems", "enum", "const", "anyOf",
+                                "allOf", "oneOf", "$ref", "properties", "required", "additionalProperties", "$defs"};
+  auto random_value = [&]() -> nlohmann::ordered_json {
+    switch (rng() % 10) {
+      case 0: return static_cast<int>(rng() % 40) - 10;
+      case 1: return (static_cast<double>(rng() % 2000) - 1000) / 8;
+      case 2: return std::vector<std::string>{"string", "integer", "object", "array", "number", "null", "boolean", "x"}[rng() % 8];
+      case 3: return rng() % 2 == 0;
+      case 4: return nullptr;
+      case 5: return std::vector<std::string>{"#", "#/$defs/a", "#/properties", "^a+$", "date", "(", "[a-"}[rng() % 7];
+      case 6: return nlohmann::ordered_json::array({static_cast<int>(rng() % 5), "a"});
+      case 7: return nlohmann::ordered_json::object();
+      default: return nlohmann::ordered_json::parse(pool[rng() % pool.size()]);
+    }
+  };
+  for (int k = 0, n = 1 + static_cast<int>(rng() % 3); k < n; ++k) {
+    nlohmann::ordered_json* node = &j;  // walk down a random path
+    for (int d = 0; d < 6 && (node->is_object() || node->is_array()) && !node->empty() && rng() % 3 != 0; ++d) {
+      auto it = node->begin();
+      std::advance(it, static_cast<std::ptrdiff_t>(rng() % node->size()));
+      node = &*it;
+    }
+    if (node->is_object() && rng() % 2 == 0) {
+      (*node)[kKeys[rng() % (sizeof kKeys / sizeof *kKeys)]] = random_value();
+    } else if (node->is_object() && !node->empty() && rng() % 2 == 0) {
+      auto it = node->begin();
+      std::advance(it, static_cast<std::ptrdiff_t>(rng() % node->size()));
+      node->erase(it.key());
+    } else {
+      *node = random_value();
+    }
+  }
+  return j.dump();
+}
+
 // Compiles with tight limits and walks a few tokens; false when the front end rejected it.
 bool exercise(const Grammar& g, std::mt19937_64& rng) {
   CompileOptions o;
@@ -101,14 +140,26 @@ TEST(GrammarMiniFuzz, JsonSchemas) {
   auto pool = seeds("schemas_hand.jsonl", "schema");
   for (auto& s : seeds("schemas_invalid.jsonl", "schema")) pool.push_back(s);
   int ok = 0;
-  run(pool, 1500, 1, [](const std::string& t) { return json_schema_to_grammar(t); }, &ok);
-  EXPECT_GT(ok, 50);  // the mutations are not all rejected
+  run(pool, 1000, 1, [](const std::string& t) { return json_schema_to_grammar(t); }, &ok);
+  // Structural mutations keep the JSON valid, so the compiler itself is exercised.
+  std::mt19937_64 rng(11);
+  int ok2 = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::string input = mutate_schema(pool[rng() % pool.size()], rng, pool);
+    try {
+      ok2 += exercise(json_schema_to_grammar(input), rng) ? 1 : 0;
+    } catch (const Error&) {
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "non-Error exception " << e.what() << " for input: " << input;
+    }
+  }
+  EXPECT_GT(ok2, 300) << ok;
 }
 
 TEST(GrammarMiniFuzz, Regexes) {
   auto pool = seeds("regexes.jsonl", "pattern");
   int ok = 0;
-  run(pool, 1500, 2, [](const std::string& t) { return regex_to_grammar(t); }, &ok);
+  run(pool, 2500, 2, [](const std::string& t) { return regex_to_grammar(t); }, &ok);
   EXPECT_GT(ok, 300);
 }
 
@@ -120,6 +171,6 @@ TEST(GrammarMiniFuzz, Ebnf) {
   pool.push_back(builtin_json_grammar().to_ebnf());
   pool.push_back(json_schema_to_grammar(R"({"type":"object","properties":{"a":{"type":"integer","minimum":-5,"maximum":70}}})").to_ebnf());
   int ok = 0;
-  run(pool, 1500, 3, [](const std::string& t) { return parse_ebnf(t); }, &ok);
+  run(pool, 2500, 3, [](const std::string& t) { return parse_ebnf(t); }, &ok);
   EXPECT_GT(ok, 100);
 }
