@@ -20,8 +20,10 @@ if [ -d .debs ]; then
   export LD_LIBRARY_PATH=$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DDEEPINFER_BUILD_BENCH=OFF >> "$OUT/report.txt" 2>&1
-cmake --build build/cuda -j "$(nproc)" --target test_cuda_parity >> "$OUT/build.log" 2>&1
+  >> "$OUT/report.txt" 2>&1
+cmake --build build/cuda -j "$(nproc)" --target test_cuda_parity bench_cuda_ops >> "$OUT/build.log" 2>&1
 echo "build exit $?" >> "$OUT/report.txt"
 echo "== parity tests" >> "$OUT/report.txt"
 ./build/cuda/tests/test_cuda_parity 2>&1 | tee -a "$OUT/report.txt"
+echo "== kernel lab" >> "$OUT/report.txt"
+./build/cuda/bench/bench_cuda_ops 2>&1 | tee -a "$OUT/report.txt"
