@@ -13,6 +13,7 @@
 
 #include "api/batch_file.h"
 #include "deepinfer/llm.h"
+#include "engine/random_model.h"
 #include "grammar/compiled_grammar.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/json_validator.h"
@@ -25,25 +26,8 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-std::string fixture(const std::string& name) { return std::string(DEEPINFER_TEST_DATA) + "/v41/" + name; }
-
-std::string random_model_dir() {
-  static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "/structured_random_model";
-    std::filesystem::create_directories(d);
-    nlohmann::json c = {{"vocab_size", 1024}, {"hidden_size", 64}, {"num_hidden_layers", 5}, {"num_attention_heads", 2},
-                        {"head_dim", 32}, {"q_lora_rank", 32}, {"qk_rope_head_dim", 8}, {"o_groups", 2},
-                        {"o_lora_rank", 16}, {"sliding_window", 16}, {"compress_ratios", {0, 2, 2, 1, 1}},
-                        {"index_n_heads", 2}, {"index_head_dim", 32}, {"index_topk", 8}, {"candidate_block_size", 4},
-                        {"candidate_topk_blocks", 4}, {"moe_intermediate_size", 32}, {"n_routed_experts", 4},
-                        {"num_experts_per_tok", 2}, {"num_nextn_predict_layers", 0}, {"eos_token_id", 1}};
-    std::ofstream(d + "/config.json") << c.dump(2);
-    std::filesystem::copy_file(fixture("full") + "/tokenizer.json", d + "/tokenizer.json",
-                               std::filesystem::copy_options::overwrite_existing);
-    return d;
-  }();
-  return dir;
-}
+using testing_util::fixture;
+using testing_util::random_model_dir;
 
 LLM& llm() {
   static LLM l([] {
