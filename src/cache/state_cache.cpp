@@ -6,7 +6,8 @@
 
 namespace deepinfer::cache {
 
-StateCache::StateCache(const loader::ModelConfig& config, int64_t budget_bytes) : config_(config), budget_(budget_bytes) {
+StateCache::StateCache(const loader::ModelConfig& config, kernels::Backend& backend, int64_t budget_bytes)
+    : config_(config), backend_(backend), budget_(budget_bytes) {
   const model::StateBytes b = model::state_bytes(config);
   fixed_ = b.fixed_stored;
   per_token_ = b.per_token_stored;
@@ -27,7 +28,7 @@ bool StateCache::fits(int64_t id, int64_t n_tokens) const {
 
 model::SequenceState& StateCache::acquire(int64_t id) {
   auto it = states_.find(id);
-  if (it == states_.end()) it = states_.emplace(id, std::make_unique<model::SequenceState>(config_)).first;
+  if (it == states_.end()) it = states_.emplace(id, std::make_unique<model::SequenceState>(config_, backend_)).first;
   return *it->second;
 }
 

@@ -21,7 +21,8 @@ namespace deepinfer::cache {
 class StateCache {
  public:
   // budget_bytes <= 0: unlimited.
-  StateCache(const loader::ModelConfig& config, int64_t budget_bytes);
+  // States are allocated in `backend`'s memory.
+  StateCache(const loader::ModelConfig& config, kernels::Backend& backend, int64_t budget_bytes);
 
   // Bytes of state a sequence holds with n_tokens computed, as stored
   // full windows, compressed KV and indexer keys per token, Engram history).
@@ -39,6 +40,7 @@ class StateCache {
 
  private:
   const loader::ModelConfig& config_;
+  kernels::Backend& backend_;
   int64_t budget_;
   int64_t reserved_ = 0;
   double fixed_ = 0, per_token_ = 0;

@@ -66,7 +66,7 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
   const auto t_start = Clock::now();
   times_ = StepTimes{};
   const int64_t V = model_.config().vocab_size;
-  cache::StateCache cache(model_.config(), opts_.memory_budget_bytes);
+  cache::StateCache cache(model_.config(), model_.backend(), opts_.memory_budget_bytes);
   sched::Scheduler scheduler(opts_.sched, cache);
   runner::ModelRunner runner(model_, cache);
   std::vector<std::unique_ptr<Live>> live;

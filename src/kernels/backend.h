@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace deepinfer::kernels {
 
@@ -41,8 +42,9 @@ void dequant_row(const WeightView& w, int64_t row, float* out);
 // x · (row `row` of w) without materialising the row, bitwise equal to the float dot product
 // over the dequantised row; false when w's format (or this CPU) has no fused path.
 bool dot_quantized(const float* x, const WeightView& w, int64_t row, float* out);
-// Bytes the stored format takes (values and scales).
+// Bytes the stored format takes (values and scales), and of its scales alone.
 int64_t weight_bytes(const WeightView& w);
+int64_t weight_scale_bytes(const WeightView& w);
 
 // y = x · wᵀ over weight rows [w_row0, w_row0 + n)
 struct MatmulArgs {
@@ -211,10 +213,72 @@ struct EngramGateArgs {
   float eps = 1e-20f;
 };
 
+// Rows of a stored weight matrix by id, dequantised to float32: out row i (stride ldo) gets
+// row ids[i] of w, repeated `copies` times side by side (the embedding into every mHC stream).
+struct GatherWeightRowsArgs {
+  WeightView w;                    // [rows_w, cols] any format
+  const int64_t* ids = nullptr;    // [rows] row ids in [0, w.rows)
+  float* out = nullptr;            // [rows, ldo] fp32
+  int64_t rows = 0, copies = 1;
+  int64_t ldo = 0;                 // 0: copies * w.cols
+};
+
+// x *= s, in place.
+struct ScaleArgs {
+  float* x = nullptr;  // [n] fp32
+  int64_t n = 0;
+  float s = 1.0f;
+};
+
+// dst[i] = src[idx[i]] (rows of `width` floats).
+struct GatherRowsArgs {
+  const float* src = nullptr;     // [>= max idx + 1, width] fp32
+  const int32_t* idx = nullptr;   // [rows]
+  float* dst = nullptr;           // [rows, width] fp32
+  int64_t rows = 0, width = 0;
+};
+
+// MoE combine per token t: y[t] = Σ over its k slots in ascending expert id of
+// expert_out[slot_row[t*K+k]], then + shared[t] (the reference's accumulation order).
+struct MoeCombineArgs {
+  const float* expert_out = nullptr;  // [n*K, D] fp32, routed outputs in any row order
+  const int32_t* slot_row = nullptr;  // [n*K] row of expert_out holding slot (t, k)
+  const int32_t* ids = nullptr;       // [n*K] expert of slot (t, k)
+  const float* shared = nullptr;      // [n, D] fp32 shared-expert output (may be null)
+  float* y = nullptr;                 // [n, D] fp32
+  int64_t n = 0, k = 0, dim = 0;
+};
+
+// The values of rows stored by FakeQuantArgs.codes/scales (exact), on the backend.
+struct DequantPackedArgs {
+  FakeQuant kind = FakeQuant::kFp8Pow2;
+  const uint8_t* codes = nullptr;   // as FakeQuantArgs.codes
+  const uint8_t* scales = nullptr;  // as FakeQuantArgs.scales
+  float* out = nullptr;             // [rows, dim] fp32
+  int64_t rows = 0, dim = 0, block = 32;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+
+  // Memory. Every pointer an op takes is backend memory: host memory for the CPU backend
+  // (which also accepts any host pointer), device memory (cudaMalloc) for CUDA. Copies are
+  // ordered with the ops; download() returns once the bytes are on the host.
+  virtual bool host_memory() const = 0;
+  virtual void* alloc(int64_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* src, int64_t bytes) = 0;    // host -> backend
+  virtual void download(void* dst, const void* src, int64_t bytes) = 0;  // backend -> host
+  virtual void copy(void* dst, const void* src, int64_t bytes) = 0;      // backend -> backend, no overlap
+  virtual void zero(void* p, int64_t bytes) = 0;
+
+  virtual void gather_weight_rows(const GatherWeightRowsArgs& a) = 0;
+  virtual void scale(const ScaleArgs& a) = 0;
+  virtual void gather_rows(const GatherRowsArgs& a) = 0;
+  virtual void moe_combine(const MoeCombineArgs& a) = 0;
+  virtual void dequant_packed(const DequantPackedArgs& a) = 0;
 
   virtual void matmul(const MatmulArgs& a) = 0;
   virtual void rms_norm(const RmsNormArgs& a) = 0;
@@ -237,8 +301,13 @@ class Backend {
 
 // The CPU reference backend; n_threads <= 0 picks DEEPINFER_THREADS or the core count.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
-// The CUDA backend (builds with DEEPINFER_CUDA=ON only): every pointer it is given is a device
-// pointer. One stream per backend; ops are asynchronous until synchronize().
+// The CUDA backend: every pointer it is given is a device pointer. One stream per backend;
+// ops are asynchronous until synchronize() or a download(). Without DEEPINFER_CUDA=ON at
+// build time this throws an Error saying so.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// "cpu" or "cuda[:N]"; an Error names a device that is not one of these.
+std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads = 0);
+// True when this build includes the CUDA backend.
+bool cuda_built();
 
 }  // namespace deepinfer::kernels

@@ -8,6 +8,9 @@
 // the layer's mixes. The DSpark stages come with speculative decoding.
 // Invariants: the model holds no per-sequence state of its own; all of it is in
 // SequenceState. It calls only kernels::Backend ops for arithmetic.
+// Memory: every tensor lives in the backend's memory (the weights are copied there when the
+// backend is a device); token ids, positions and the MoE grouping are computed on the host and
+// uploaded; logits are downloaded into the caller's host buffers.
 // Threading: one forward at a time per model object (scratch is per call).
 #pragma once
 
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/buffer.h"
 #include "loader/config.h"
 #include "model/engram.h"
 #include "model/rope.h"
@@ -34,7 +38,12 @@ class DeepseekV41 {
 
   const loader::ModelConfig& config() const { return cfg_; }
   const Weights& weights() const { return w_; }
-  SequenceState new_state() const { return SequenceState(cfg_); }
+  ~DeepseekV41();
+  DeepseekV41(const DeepseekV41&) = delete;
+  DeepseekV41& operator=(const DeepseekV41&) = delete;
+  // A fresh sequence state in this model's backend memory.
+  SequenceState new_state() const { return SequenceState(cfg_, be_); }
+  kernels::Backend& backend() const { return be_; }
 
   // One sequence's chunk in a batched forward.
   struct SeqChunk {
@@ -62,19 +71,24 @@ class DeepseekV41 {
  private:
   struct Shared;  // per-forward published tensors (compressed KV, indexer keys, top-k)
   struct Scratch;
+  // Pointers below are backend memory unless they say host.
   void attention(int64_t layer, const float* xn, Scratch& s, float* y);
   // kv/gate: [n, hd] compressor projections of one sequence's rows (gate null at ratio 1).
   void compressor(int64_t layer, const float* kv, const float* gate, int64_t n, SourceState& src,
-                  std::vector<float>* latent, int64_t* n_groups, int64_t* g0);
+                  kernels::Buf<float>& latent, int64_t* n_groups, int64_t* g0);
   // q: [n, heads, d_idx] rotated, FP4-rounded indexer queries; w: [n, heads] head weights.
   void indexer(int64_t layer, const float* q, const float* w, const int64_t* pos, int64_t n,
-               const std::vector<float>& latent, int64_t n_groups, int64_t g0, SourceState& src, Shared& sh);
-  void compact_to_tail(std::span<SeqChunk> batch, Scratch& s, std::vector<float>& X, std::vector<float>& pre,
+               const kernels::Buf<float>& latent, int64_t n_groups, int64_t g0, SourceState& src, Shared& sh);
+  void compact_to_tail(std::span<SeqChunk> batch, Scratch& s, kernels::Buf<float>& X, kernels::Buf<float>& pre,
                        std::vector<int64_t>& hash_ids, int64_t hash_w);
   void moe(int64_t layer, const float* xn, Scratch& s, float* y);
-  void engram(int64_t layer, const int64_t* hash_ids, Scratch& s, float* X);
-  void rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const std::vector<float>& cos,
-                 const std::vector<float>& sin, bool inverse);
+  // hash_ids: host [rows, n_engram_layers, cols].
+  void engram(int64_t layer, const std::vector<int64_t>& hash_ids, Scratch& s, float* X);
+  void rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* cos, const float* sin, bool inverse);
+  // Uploads s.pos and its rope tables.
+  void set_positions(Scratch& s);
+  template <class T>
+  kernels::Buf<T>& buf(kernels::Buf<T>& b, int64_t n);  // binds b to the backend, size n
   // Compressed-branch entries of new groups: compress RoPE at each group's first-token
   // position (g0 + ratio*g), then the given fake quantisation; appended to `dest` in its stored
   // format. x: [n_groups, dim] fp32, rounded in place.
@@ -88,7 +102,7 @@ class DeepseekV41 {
   kernels::Backend& be_;
   RopeTable rope_main_, rope_compress_;
   std::shared_ptr<const EngramHasher> engram_;
-  std::vector<std::vector<float>> engram_qk_;  // per engram layer: q_weight * k_weight [hc, D]
+  std::vector<kernels::Buf<float>> engram_qk_;  // per engram layer: q_weight * k_weight [hc, D]
 };
 
 }  // namespace deepinfer::model

@@ -18,51 +18,57 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/buffer.h"
 #include "loader/config.h"
 
 namespace deepinfer::model {
 
 // Rows of vectors the model has already rounded to a low-precision grid, stored in that
-// grid's format (exact): FP8 e4m3 with a power-of-two scale per `block` channels (window
-// KV), FP4 e2m1 pairs with an e4m3 scale per block (compressed KV) or a power-of-two one
-// (indexer keys). Where the dimension does not divide into blocks (tiny test configs, which
-// the reference leaves unrounded) the rows are stored as float32.
+// grid's format (exact) in the backend's memory: FP8 e4m3 with a power-of-two scale per
+// `block` channels (window KV), FP4 e2m1 pairs with an e4m3 scale per block (compressed KV)
+// or a power-of-two one (indexer keys). Where the dimension does not divide into blocks
+// (tiny test configs, which the reference leaves unrounded) the rows are stored as float32.
+// Rows dropped at the front stay allocated until the next growth compacts them away.
 class PackedRows {
  public:
   PackedRows() = default;
-  PackedRows(kernels::FakeQuant kind, int64_t dim, int64_t block);
+  PackedRows(kernels::Backend& be, kernels::FakeQuant kind, int64_t dim, int64_t block);
 
   int64_t size() const { return n_; }
   int64_t dim() const { return dim_; }
   bool packed() const { return packed_; }
-  // Buffers for `rows` new rows: the fake-quant op writes codes and scales into them
-  // (FakeQuantArgs.codes / .scales); null when stored as float.
+  // Buffers (backend memory) for `rows` new rows: the fake-quant op writes codes and scales
+  // into them (FakeQuantArgs.codes / .scales); null when stored as float.
   uint8_t* code_slot(int64_t rows);
   uint8_t* scale_slot(int64_t rows);
-  // Appends `rows` rows: their rounded values (used when stored as float) and, when packed,
-  // the codes/scales already written into the slots.
+  // Appends `rows` rows: their rounded values (backend memory; used when stored as float)
+  // and, when packed, the codes/scales already written into the slots.
   void append(const float* values, int64_t rows);
   void drop_front(int64_t rows);
-  // Rows [row0, row0 + rows) as float32: out [rows, dim].
+  // Rows [row0, row0 + rows) as float32 into backend memory: out [rows, dim].
   void read(int64_t row0, int64_t rows, float* out) const;
+  // Bytes the live rows take.
   int64_t bytes() const;
 
  private:
+  void reserve(int64_t extra_rows);  // room for n_ + extra rows after the live ones
+
+  kernels::Backend* be_ = nullptr;
   kernels::FakeQuant kind_ = kernels::FakeQuant::kFp8Pow2;
-  int64_t dim_ = 0, block_ = 1, n_ = 0;
+  int64_t dim_ = 0, block_ = 1, n_ = 0, start_ = 0, cap_ = 0;  // rows: live, dropped in front, allocated
   bool packed_ = false;
   int64_t code_bytes_ = 0, scale_bytes_ = 0;  // per row
-  std::vector<uint8_t> codes_, scales_;       // [n, code_bytes], [n, scale_bytes] (+ slots past n)
-  std::vector<float> f32_;                    // [n, dim] when not packed
+  kernels::Buf<uint8_t> codes_, scales_;      // [cap, code_bytes], [cap, scale_bytes]
+  kernels::Buf<float> f32_;                   // [cap, dim] when not packed
 };
 
 struct WindowRing {
   PackedRows kv;             // [n, head_dim] FP8 (post-RoPE), oldest first
-  std::vector<int64_t> pos;  // [n] absolute positions
+  std::vector<int64_t> pos;  // [n] absolute positions (host)
 };
 
 struct SourceState {
-  std::vector<float> buf_kv, buf_gate;  // [buf_rows, head_dim] fp32: tokens of the open group
+  kernels::Buf<float> buf_kv, buf_gate;  // [buf_rows, head_dim] fp32: tokens of the open group
   int64_t buf_rows = 0;
   PackedRows comp;                      // [n_comp, head_dim] FP4 (e4m3 scale / 16) compressed KV
   int64_t n_comp = 0;                   // groups emitted (the reference's entry_count)
@@ -70,9 +76,10 @@ struct SourceState {
   int64_t n_index = 0;
 };
 
+// Move-only: its caches live in the backend's memory.
 class SequenceState {
  public:
-  explicit SequenceState(const loader::ModelConfig& c);
+  SequenceState(const loader::ModelConfig& c, kernels::Backend& be);
 
   int64_t length() const { return length_; }
   void advance(int64_t n) { length_ += n; }
@@ -88,6 +95,7 @@ class SequenceState {
   int64_t length_ = 0;
   std::vector<WindowRing> windows_;
   const loader::ModelConfig* config_ = nullptr;
+  kernels::Backend* be_ = nullptr;
   std::vector<SourceState> sources_;  // indexed by layer; used only for KV sources
   std::vector<int32_t> engram_history_;
 };

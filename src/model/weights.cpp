@@ -319,6 +319,26 @@ void quantize_release(const ModelConfig& c, Weights& w) {
   visit(c, w, v);
 }
 
+void upload_weights(const ModelConfig& c, Weights& w, kernels::Backend& be) {
+  auto put = [&](const void* src, int64_t bytes) -> void* {
+    w.device.emplace_back(be, bytes);
+    be.upload(w.device.back().data(), src, bytes);
+    return w.device.back().data();
+  };
+  Visitor v;
+  v.mat = [&](const std::string&, int64_t, int64_t, Mat* m, bool) {
+    if (!m->data) return;
+    const int64_t scale_bytes = kernels::weight_scale_bytes(*m), value_bytes = kernels::weight_bytes(*m) - scale_bytes;
+    m->data = put(m->data, value_bytes);
+    if (m->scale) m->scale = static_cast<const uint8_t*>(put(m->scale, scale_bytes));
+  };
+  v.vec = [&](const std::string&, int64_t n, const float** out, int) {
+    if (*out) *out = static_cast<const float*>(put(*out, n * static_cast<int64_t>(sizeof(float))));
+  };
+  visit(c, w, v);
+  be.synchronize();
+}
+
 void dequantize_all(const ModelConfig& c, Weights& w) {
   Visitor v;
   v.mat = [&](const std::string&, int64_t, int64_t, Mat* m, bool) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/buffer.h"
 #include "loader/checkpoint.h"
 #include "loader/config.h"
 
@@ -84,6 +85,8 @@ struct Weights {
   std::vector<std::unique_ptr<float[]>> owned;
   int64_t owned_floats = 0;
   std::vector<std::unique_ptr<uint8_t[]>> owned_bytes;
+  // Copies in a device backend's memory (upload_weights); the pointers above then point here.
+  std::vector<kernels::Buf<uint8_t>> device;
   // Bytes of every weight in its stored format (what a forward reads at most).
   int64_t stored_bytes() const;
 };
@@ -106,6 +109,8 @@ kernels::WeightFormat release_format(const std::string& name);
 // Quantises every matrix of `w` to its release format (round-to-nearest-even values,
 // power-of-two scales 2^ceil(log2(amax / max code))), replacing its storage.
 void quantize_release(const loader::ModelConfig& c, Weights& w);
+// Copies every tensor into `be`'s memory and points `w` at the copies (for device backends).
+void upload_weights(const loader::ModelConfig& c, Weights& w, kernels::Backend& be);
 // Converts every matrix to float32 (exact), e.g. to write a float checkpoint of a quantised one.
 void dequantize_all(const loader::ModelConfig& c, Weights& w);
 // Converts every matrix the forward reads through matmul to `fmt` (e.g. bf16 for a benchmark).

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -241,6 +244,326 @@ TEST_P(Parity, AttentionIndexerTopkRouter) {
   b.gpu->synchronize();
   EXPECT_EQ(ids, dids.get());
   EXPECT_LT(rel_err(wts, dwts.get()), 1e-5);
+}
+
+// ---- Gathers, scale, MoE combine, packed dequantisation, memory: bitwise parity. ----
+
+uint32_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+float from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// Bitwise equality of two float arrays; names the first difference.
+::testing::AssertionResult same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
+  for (size_t i = 0; i < a.size(); ++i)
+    if (bits(a[i]) != bits(b[i]))
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " (0x" << std::hex << bits(a[i]) << ") vs " << std::dec
+                                           << b[i] << " (0x" << std::hex << bits(b[i]) << ")";
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<uint8_t> random_bytes(size_t n, uint32_t seed, int lo = 0, int hi = 255) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<uint8_t> v(n);
+  for (auto& x : v) x = static_cast<uint8_t>(d(g));
+  return v;
+}
+
+// Bytes of the values and of the scales of a stored weight matrix.
+int64_t value_bytes(const WeightView& w) {
+  switch (w.format) {
+    case WeightFormat::kF32: return w.rows * w.cols * 4;
+    case WeightFormat::kBF16: return w.rows * w.cols * 2;
+    case WeightFormat::kFP8Block32:
+    case WeightFormat::kFP8Row32: return w.rows * w.cols;
+    case WeightFormat::kMXFP4: return w.rows * ((w.cols + 1) / 2);
+  }
+  return 0;
+}
+int64_t scale_bytes(const WeightView& w) {
+  const int64_t sc_cols = (w.cols + 31) / 32;
+  switch (w.format) {
+    case WeightFormat::kFP8Block32: return ((w.rows + 31) / 32) * sc_cols;
+    case WeightFormat::kFP8Row32:
+    case WeightFormat::kMXFP4: return w.rows * sc_cols;
+    default: return 0;
+  }
+}
+
+// A host weight matrix copied to the device (the view points at device memory).
+struct DevWeight {
+  std::unique_ptr<Dev<uint8_t>> data, scale;
+  WeightView view;
+  explicit DevWeight(const WeightView& w) : view(w) {
+    EXPECT_EQ(value_bytes(w) + scale_bytes(w), weight_bytes(w));
+    const auto* d = static_cast<const uint8_t*>(w.data);
+    data = std::make_unique<Dev<uint8_t>>(std::vector<uint8_t>(d, d + value_bytes(w)));
+    view.data = data->p;
+    if (scale_bytes(w)) {
+      scale = std::make_unique<Dev<uint8_t>>(std::vector<uint8_t>(w.scale, w.scale + scale_bytes(w)));
+      view.scale = scale->p;
+    }
+  }
+};
+
+const WeightFormat kAllFormats[] = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kFP8Block32, WeightFormat::kFP8Row32,
+                                    WeightFormat::kMXFP4};
+
+// One gather checked three ways: CPU backend, dequant_row directly, CUDA backend, all bitwise.
+void check_gather_weight_rows(Backends& b, const WeightView& w, const std::vector<int64_t>& ids, int64_t copies, int64_t ldo,
+                              const std::string& what) {
+  const int64_t rows = static_cast<int64_t>(ids.size()), stride = ldo ? ldo : copies * w.cols;
+  const std::vector<float> init(static_cast<size_t>(rows * stride), -7.25f);  // padding must stay untouched
+  std::vector<float> cpu = init, expect = init;
+  b.cpu->gather_weight_rows({.w = w, .ids = ids.data(), .out = cpu.data(), .rows = rows, .copies = copies, .ldo = ldo});
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t i = 0; i < rows; ++i) {
+    dequant_row(w, ids[static_cast<size_t>(i)], row.data());
+    for (int64_t c = 0; c < copies; ++c) std::copy(row.begin(), row.end(), expect.begin() + i * stride + c * w.cols);
+  }
+  DevWeight dw(w);
+  Dev<int64_t> dids(ids);
+  Dev<float> dout(init);
+  b.gpu->gather_weight_rows({.w = dw.view, .ids = dids.p, .out = dout.p, .rows = rows, .copies = copies, .ldo = ldo});
+  b.gpu->synchronize();
+  const auto gpu = dout.get();
+  EXPECT_TRUE(same_bits(expect, cpu)) << "CPU backend vs dequant_row, " << what;
+  EXPECT_TRUE(same_bits(expect, gpu)) << "CUDA vs dequant_row, " << what;
+}
+
+TEST_P(Parity, GatherWeightRowsAllFormats) {
+  Backends b;
+  const Dims d = GetParam();
+  const int64_t Rw = 70;  // three 32-row scale blocks, the last partial
+  for (int64_t cols : {int64_t{77}, d.D}) {  // 77: odd, partial 32-channel scale block
+    std::mt19937 g(static_cast<uint32_t>(cols));
+    std::uniform_int_distribution<int64_t> pick(0, Rw - 1);
+    std::vector<int64_t> ids(13);
+    for (auto& id : ids) id = pick(g);
+    ids[0] = Rw - 1;
+    ids[1] = 0;
+    ids[2] = ids[5];  // a repeat
+    auto wf = randn(static_cast<size_t>(Rw * cols), 30, 0.3f);
+    for (size_t i = 0; i < wf.size(); i += 97) wf[i] *= 1e5f;  // spread the block scales
+    model::Weights owner;
+    for (auto fmt : kAllFormats) {
+      // Quantised from floats, as a checkpoint.
+      const WeightView q = model::quantize_matrix(WeightView::f32(wf.data(), Rw, cols), fmt, owner);
+      // Raw random codes: NaN e4m3 codes, subnormals, every e2m1 code, extreme scales
+      // (ue8m0 0..254; 255 would make NaN x NaN, whose payload the CPU does not fix).
+      WeightView raw = q;
+      auto vals = random_bytes(static_cast<size_t>(value_bytes(q)), 31 + static_cast<uint32_t>(fmt));
+      auto scs = random_bytes(static_cast<size_t>(std::max<int64_t>(scale_bytes(q), 1)), 41 + static_cast<uint32_t>(fmt), 0, 254);
+      raw.data = vals.data();
+      raw.scale = scale_bytes(q) ? scs.data() : nullptr;
+      for (auto [src, name] : {std::pair{q, "quantised"}, std::pair{raw, "raw"}})
+        for (auto [copies, pad] : {std::pair<int64_t, int64_t>{1, 0}, {4, 0}, {1, 5}, {4, 3}}) {
+          const int64_t ldo = pad ? copies * cols + pad : 0;
+          check_gather_weight_rows(b, src, ids, copies, ldo,
+                                   std::string(name) + " format " + std::to_string(static_cast<int>(fmt)) + " cols " +
+                                       std::to_string(cols) + " copies " + std::to_string(copies) + " ldo " + std::to_string(ldo));
+        }
+    }
+  }
+}
+
+TEST_P(Parity, ScaleAndGatherRows) {
+  Backends b;
+  const Dims d = GetParam();
+  auto x = randn(static_cast<size_t>(d.rows * d.D + 5), 50, 3.0f);
+  // Specials: ±0, ±inf, subnormals, quiet NaNs with payloads (the NaN operand propagates).
+  const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x00000001u, 0x80123456u, 0x7FC01234u, 0xFFC00000u,
+                               0x7F7FFFFFu};
+  for (size_t i = 0; i < std::size(specials); ++i) x[i * 3] = from_bits(specials[i]);
+  for (float s : {-0.3712f, 1e30f, 0x1p-130f}) {
+    std::vector<float> cpu = x;
+    b.cpu->scale({.x = cpu.data(), .n = static_cast<int64_t>(cpu.size()), .s = s});
+    Dev<float> dx(x);
+    b.gpu->scale({.x = dx.p, .n = static_cast<int64_t>(x.size()), .s = s});
+    b.gpu->synchronize();
+    EXPECT_TRUE(same_bits(cpu, dx.get())) << "scale " << s;
+  }
+  const int64_t src_rows = 40, width = d.D + 3, rows = 3 * d.rows;
+  auto src = randn(static_cast<size_t>(src_rows * width), 51);
+  src[7] = from_bits(0x7FA00001u);  // a signalling NaN is copied as is
+  std::mt19937 g(52);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(src_rows - 1));
+  std::vector<int32_t> idx(static_cast<size_t>(rows));
+  for (auto& i : idx) i = pick(g);
+  idx[0] = 0;
+  idx[1] = static_cast<int32_t>(src_rows - 1);
+  std::vector<float> cpu(static_cast<size_t>(rows * width));
+  b.cpu->gather_rows({.src = src.data(), .idx = idx.data(), .dst = cpu.data(), .rows = rows, .width = width});
+  Dev<float> dsrc(src), ddst(cpu.size());
+  Dev<int32_t> didx(idx);
+  b.gpu->gather_rows({.src = dsrc.p, .idx = didx.p, .dst = ddst.p, .rows = rows, .width = width});
+  b.gpu->synchronize();
+  const auto gpu = ddst.get();
+  EXPECT_TRUE(same_bits(cpu, gpu));
+  for (int64_t i = 0; i < rows; ++i)  // and the CPU result itself
+    EXPECT_EQ(std::memcmp(cpu.data() + i * width, src.data() + idx[static_cast<size_t>(i)] * width, static_cast<size_t>(width) * 4), 0);
+}
+
+TEST_P(Parity, MoeCombine) {
+  Backends b;
+  const Dims d = GetParam();
+  for (int64_t K : {d.topk, int64_t{16}}) {
+    const int64_t n = d.rows, D = d.D, E = std::max<int64_t>(d.experts, 32);
+    std::mt19937 g(static_cast<uint32_t>(60 + K));
+    std::vector<int32_t> ids(static_cast<size_t>(n * K)), slot_row(ids.size());
+    std::vector<int32_t> experts(static_cast<size_t>(E));
+    std::iota(experts.begin(), experts.end(), 0);
+    for (int64_t t = 0; t < n; ++t) {  // K distinct experts per token, in no particular order
+      std::shuffle(experts.begin(), experts.end(), g);
+      std::copy(experts.begin(), experts.begin() + K, ids.begin() + t * K);
+    }
+    std::iota(slot_row.begin(), slot_row.end(), 0);
+    std::shuffle(slot_row.begin(), slot_row.end(), g);
+    // Wide dynamic range so that a different summation order gives different bits.
+    auto eo = randn(static_cast<size_t>(n * K * D), 61), mag = randn(eo.size(), 62, 4.0f);
+    for (size_t i = 0; i < eo.size(); ++i) eo[i] *= std::exp(mag[i]);
+    auto shared = randn(static_cast<size_t>(n * D), 63);
+    Dev<float> deo(eo), dshared(shared);
+    Dev<int32_t> dids(ids), dslot(slot_row);
+    for (bool with_shared : {true, false}) {
+      std::vector<float> cpu(static_cast<size_t>(n * D));
+      b.cpu->moe_combine({.expert_out = eo.data(), .slot_row = slot_row.data(), .ids = ids.data(),
+                          .shared = with_shared ? shared.data() : nullptr, .y = cpu.data(), .n = n, .k = K, .dim = D});
+      Dev<float> dy(cpu.size());
+      b.gpu->moe_combine({.expert_out = deo.p, .slot_row = dslot.p, .ids = dids.p, .shared = with_shared ? dshared.p : nullptr,
+                          .y = dy.p, .n = n, .k = K, .dim = D});
+      b.gpu->synchronize();
+      EXPECT_TRUE(same_bits(cpu, dy.get())) << "K " << K << " shared " << with_shared;
+      if (K >= 3) {  // the data can tell the orders apart: slot order gives other bits somewhere
+        std::vector<float> slot_order(cpu.size(), 0.0f);
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t k = 0; k < K; ++k)
+            for (int64_t c = 0; c < D; ++c) slot_order[t * D + c] += eo[slot_row[t * K + k] * D + c];
+        if (with_shared)
+          for (size_t i = 0; i < slot_order.size(); ++i) slot_order[i] += shared[i];
+        EXPECT_FALSE(same_bits(cpu, slot_order)) << "test data insensitive to the summation order, K " << K;
+      }
+    }
+  }
+}
+
+TEST_P(Parity, DequantPacked) {
+  Backends b;
+  const Dims d = GetParam();
+  const int64_t rows = d.rows, dim = d.hd;
+  for (auto [kind, block] : {std::pair{FakeQuant::kFp8Pow2, int64_t{32}}, {FakeQuant::kFp4Pow2, int64_t{32}}, {FakeQuant::kFp4E4m3, int64_t{16}}}) {
+    const bool fp8 = kind == FakeQuant::kFp8Pow2;
+    const size_t code_bytes = static_cast<size_t>(fp8 ? rows * dim : rows * dim / 2), scale_n = static_cast<size_t>(rows * dim / block);
+    // Codes from the fake quantiser (wide range of block scales), then raw random codes.
+    auto v = randn(static_cast<size_t>(rows * dim), 70, 3.0f), mag = randn(v.size() / static_cast<size_t>(block), 71, 6.0f);
+    for (size_t i = 0; i < v.size(); ++i) v[i] *= std::exp(mag[i / static_cast<size_t>(block)]);
+    std::vector<uint8_t> codes(code_bytes), scales(scale_n);
+    b.cpu->fake_quant({.x = v.data(), .rows = rows, .dim = dim, .block = block, .kind = kind, .codes = codes.data(), .scales = scales.data()});
+    // ue8m0 scales stop at 254 (255 = NaN against a NaN e4m3 code is payload-order dependent on the CPU).
+    const auto raw_codes = random_bytes(code_bytes, 72), raw_scales = random_bytes(scale_n, 73, 0, kind == FakeQuant::kFp4E4m3 ? 255 : 254);
+    for (bool raw : {false, true}) {
+      const auto& c = raw ? raw_codes : codes;
+      const auto& s = raw ? raw_scales : scales;
+      std::vector<float> expect(v.size()), cpu(v.size(), 1.5f);
+      dequant_fake_quant(kind, c.data(), s.data(), rows, dim, block, expect.data());
+      if (!raw) {
+        EXPECT_TRUE(same_bits(v, expect)) << "fake_quant values vs their codes, kind " << static_cast<int>(kind);
+      }
+      b.cpu->dequant_packed({.kind = kind, .codes = c.data(), .scales = s.data(), .out = cpu.data(), .rows = rows, .dim = dim, .block = block});
+      Dev<uint8_t> dc(c), ds(s);
+      Dev<float> dout(v.size());
+      b.gpu->dequant_packed({.kind = kind, .codes = dc.p, .scales = ds.p, .out = dout.p, .rows = rows, .dim = dim, .block = block});
+      b.gpu->synchronize();
+      EXPECT_TRUE(same_bits(expect, cpu)) << "CPU backend, kind " << static_cast<int>(kind) << " raw " << raw;
+      EXPECT_TRUE(same_bits(expect, dout.get())) << "CUDA, kind " << static_cast<int>(kind) << " raw " << raw;
+    }
+  }
+}
+
+// The memory API: stream-ordered alloc/release, uploads through the pinned staging ring
+// (sources reused at once, more bytes than the ring, one upload larger than the ring), copy,
+// zero, ordering with ops, download.
+TEST(CudaMemory, RoundTrip) {
+  auto gpu = make_cuda_backend(0);
+  EXPECT_FALSE(gpu->host_memory());
+  gpu->release(nullptr);
+  gpu->release(gpu->alloc(0));
+  gpu->upload(nullptr, nullptr, 0);
+  gpu->download(nullptr, nullptr, 0);
+  gpu->copy(nullptr, nullptr, 0);
+  gpu->zero(nullptr, 0);
+
+  std::mt19937 g(80);
+  // Many small uploads (odd size, more bytes in all than the 8 MiB initial ring), each from a
+  // host buffer that is overwritten and freed right after the call.
+  auto small_round = [&](int64_t count, int64_t size) {
+    auto* dev = static_cast<uint8_t*>(gpu->alloc(count * size));
+    std::vector<uint8_t> expect(static_cast<size_t>(count * size));
+    for (int64_t i = 0; i < count; ++i) {
+      auto src = std::make_unique<std::vector<uint8_t>>(static_cast<size_t>(size));
+      for (auto& x : *src) x = static_cast<uint8_t>(g());
+      std::copy(src->begin(), src->end(), expect.begin() + i * size);
+      gpu->upload(dev + i * size, src->data(), size);
+      std::fill(src->begin(), src->end(), static_cast<uint8_t>(0xAB));
+      src.reset();
+    }
+    std::vector<uint8_t> back(expect.size(), 0);
+    gpu->download(back.data(), dev, static_cast<int64_t>(back.size()));
+    gpu->release(dev);
+    return back == expect;
+  };
+  EXPECT_TRUE(small_round(3000, 4099));  // ~12 MiB
+
+  // One upload larger than the ring, then copy and zero.
+  const int64_t big = (int64_t{20} << 20) + 13;
+  std::vector<uint8_t> host(static_cast<size_t>(big));
+  for (auto& x : host) x = static_cast<uint8_t>(g());
+  auto* a = static_cast<uint8_t*>(gpu->alloc(big));
+  auto* c = static_cast<uint8_t*>(gpu->alloc(big));
+  {
+    std::vector<uint8_t> tmp = host;
+    gpu->upload(a, tmp.data(), big);
+    std::fill(tmp.begin(), tmp.end(), static_cast<uint8_t>(0));
+  }
+  gpu->copy(c, a, big);
+  gpu->zero(c + 1001, 777);
+  std::vector<uint8_t> back_a(host.size()), back_c(host.size());
+  gpu->download(back_a.data(), a, big);
+  gpu->download(back_c.data(), c, big);
+  EXPECT_TRUE(back_a == host);
+  std::vector<uint8_t> expect_c = host;
+  for (size_t i = 1001; i < 1001 + 777; ++i) expect_c[i] = 0;
+  EXPECT_TRUE(back_c == expect_c);
+  gpu->release(a);
+  gpu->release(c);
+
+  // After the ring grew: small uploads that wrap it again (~24 MiB).
+  EXPECT_TRUE(small_round(6000, 4099));
+
+  // Uploads, ops and downloads stay in stream order, without an explicit synchronize.
+  const int64_t n = 1000;
+  auto* x = static_cast<float*>(gpu->alloc(n * 4));
+  std::vector<float> expect(static_cast<size_t>(n));
+  for (int round = 0; round < 5; ++round) {
+    std::vector<float> v = randn(static_cast<size_t>(n), 81 + static_cast<uint32_t>(round));
+    gpu->upload(x, v.data(), n * 4);
+    gpu->scale({.x = x, .n = n, .s = 2.0f});
+    for (int64_t i = 0; i < n; ++i) expect[static_cast<size_t>(i)] = v[static_cast<size_t>(i)] * 2.0f;
+    std::fill(v.begin(), v.end(), 0.0f);
+  }
+  std::vector<float> back(static_cast<size_t>(n));
+  gpu->download(back.data(), x, n * 4);
+  EXPECT_TRUE(same_bits(expect, back));
+  gpu->release(x);
+  gpu->synchronize();
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Parity, ::testing::Values(kFixture, kReleased),

@@ -1,4 +1,7 @@
+#include <algorithm>
+#include <cstring>
 #include <memory>
+#include <new>
 
 #include "kernels/cpu/cpu_ops.h"
 
@@ -25,6 +28,26 @@ class CpuBackend final : public Backend {
   void router(const RouterArgs& a) override { cpu::router(pool_, a); }
   void swiglu(const SwigluArgs& a) override { cpu::swiglu(pool_, a); }
   void engram_gate(const EngramGateArgs& a) override { cpu::engram_gate(pool_, a); }
+  void gather_weight_rows(const GatherWeightRowsArgs& a) override { cpu::gather_weight_rows(pool_, a); }
+  void scale(const ScaleArgs& a) override { cpu::scale(pool_, a); }
+  void gather_rows(const GatherRowsArgs& a) override { cpu::gather_rows(pool_, a); }
+  void moe_combine(const MoeCombineArgs& a) override { cpu::moe_combine(pool_, a); }
+  void dequant_packed(const DequantPackedArgs& a) override { cpu::dequant_packed(pool_, a); }
+
+  // Host memory, 64-byte aligned.
+  bool host_memory() const override { return true; }
+  void* alloc(int64_t bytes) override {
+    return ::operator new(static_cast<size_t>(std::max<int64_t>(bytes, 1)), std::align_val_t(64));
+  }
+  void release(void* p) override { ::operator delete(p, std::align_val_t(64)); }
+  void upload(void* dst, const void* src, int64_t bytes) override { copy(dst, src, bytes); }
+  void download(void* dst, const void* src, int64_t bytes) override { copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, int64_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+  void zero(void* p, int64_t bytes) override {
+    if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
+  }
 
  private:
   core::ThreadPool pool_;

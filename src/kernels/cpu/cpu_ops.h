@@ -31,6 +31,11 @@ void topk_mask(core::ThreadPool& pool, const TopkMaskArgs& a);
 void router(core::ThreadPool& pool, const RouterArgs& a);
 void swiglu(core::ThreadPool& pool, const SwigluArgs& a);
 void engram_gate(core::ThreadPool& pool, const EngramGateArgs& a);
+void gather_weight_rows(core::ThreadPool& pool, const GatherWeightRowsArgs& a);
+void scale(core::ThreadPool& pool, const ScaleArgs& a);
+void gather_rows(core::ThreadPool& pool, const GatherRowsArgs& a);
+void moe_combine(core::ThreadPool& pool, const MoeCombineArgs& a);
+void dequant_packed(core::ThreadPool& pool, const DequantPackedArgs& a);
 
 // Single-block fake quantisers (exposed for unit tests). codes/scale (optional) receive the
 // stored form: FP8 one e4m3 byte per value, FP4 packed pairs (n even), one scale byte.

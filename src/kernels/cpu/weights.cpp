@@ -229,16 +229,29 @@ bool dot_quantized(const float* x, const WeightView& w, int64_t row, float* out)
   }
 }
 
-int64_t weight_bytes(const WeightView& w) {
+int64_t weight_scale_bytes(const WeightView& w) {
   const int64_t r = w.rows, c = w.cols;
   switch (w.format) {
-    case WeightFormat::kF32: return r * c * 4;
-    case WeightFormat::kBF16: return r * c * 2;
-    case WeightFormat::kFP8Block32: return r * c + ceil_div(r, 32) * ceil_div(c, 32);
-    case WeightFormat::kFP8Row32: return r * c + r * ceil_div(c, 32);
-    case WeightFormat::kMXFP4: return r * ceil_div(c, 2) + r * ceil_div(c, 32);
+    case WeightFormat::kF32:
+    case WeightFormat::kBF16: return 0;
+    case WeightFormat::kFP8Block32: return ceil_div(r, 32) * ceil_div(c, 32);
+    case WeightFormat::kFP8Row32:
+    case WeightFormat::kMXFP4: return r * ceil_div(c, 32);
   }
   return 0;
+}
+
+int64_t weight_bytes(const WeightView& w) {
+  const int64_t r = w.rows, c = w.cols;
+  int64_t values = 0;
+  switch (w.format) {
+    case WeightFormat::kF32: values = r * c * 4; break;
+    case WeightFormat::kBF16: values = r * c * 2; break;
+    case WeightFormat::kFP8Block32:
+    case WeightFormat::kFP8Row32: values = r * c; break;
+    case WeightFormat::kMXFP4: values = r * ceil_div(c, 2); break;
+  }
+  return values + weight_scale_bytes(w);
 }
 
 }  // namespace deepinfer::kernels

@@ -1,8 +1,14 @@
 // The CUDA backend object (sm_90a): one stream and one cuBLAS handle per backend; matmul
 // through cuBLAS SGEMM (float32, no TF32), quantised weights dequantised on the device first.
 // All pointers in the op args are device pointers; the runner owns device memory.
+// Memory: stream-ordered allocations (cudaMallocAsync from the device's default pool, kept
+// cached); uploads go through a pinned staging ring so the host source may be freed at once
+// and the stream is synchronised only when the ring is full.
 #include <cublas_v2.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -29,13 +35,75 @@ class CudaBackend final : public Backend {
     DI_CUBLAS_CHECK(cublasCreate(&blas_));
     DI_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     DI_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH));  // true float32, no TF32
+    // Keep freed pool memory cached instead of returning it to the driver at every sync.
+    cudaMemPool_t pool = nullptr;
+    DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t keep = UINT64_MAX;
+    DI_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    if (staging_) cudaFreeHost(staging_);
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "cuda"; }
+
+  bool host_memory() const override { return false; }
+  // Stream-ordered: the memory may be used by ops issued after alloc and before release.
+  void* alloc(int64_t bytes) override {
+    check_size(bytes, "alloc");
+    void* p = nullptr;
+    DI_CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), stream_));
+    return p;
+  }
+  void release(void* p) override {
+    if (p) DI_CUDA_CHECK(cudaFreeAsync(p, stream_));
+  }
+  // The bytes are copied into the pinned ring at once (src may be reused when this returns),
+  // then copied to the device in stream order. A full ring waits for the stream, then restarts
+  // at 0 (grown first when this one upload is larger than the whole ring).
+  void upload(void* dst, const void* src, int64_t bytes) override {
+    check_size(bytes, "upload");
+    if (bytes == 0) return;
+    const size_t n = static_cast<size_t>(bytes);
+    if (staging_off_ + n > staging_cap_) {
+      DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      staging_off_ = 0;
+      if (n > staging_cap_) {
+        if (staging_) DI_CUDA_CHECK(cudaFreeHost(staging_));
+        staging_ = nullptr;
+        staging_cap_ = std::max(n, std::max(kStagingInitial, 2 * staging_cap_));
+        DI_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), staging_cap_));
+      }
+    }
+    uint8_t* stage = staging_ + staging_off_;
+    std::memcpy(stage, src, n);
+    DI_CUDA_CHECK(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, stream_));
+    staging_off_ += (n + 255) & ~size_t{255};  // keep every staged copy 256-byte aligned
+  }
+  void download(void* dst, const void* src, int64_t bytes) override {
+    check_size(bytes, "download");
+    if (bytes == 0) return;
+    DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+  }
+  void copy(void* dst, const void* src, int64_t bytes) override {
+    check_size(bytes, "copy");
+    if (bytes == 0) return;
+    DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
+  }
+  void zero(void* p, int64_t bytes) override {
+    check_size(bytes, "zero");
+    if (bytes == 0) return;
+    DI_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), stream_));
+  }
+
+  void gather_weight_rows(const GatherWeightRowsArgs& a) override { cuda::gather_weight_rows(a, stream_); }
+  void scale(const ScaleArgs& a) override { cuda::scale(a, stream_); }
+  void gather_rows(const GatherRowsArgs& a) override { cuda::gather_rows(a, stream_); }
+  void moe_combine(const MoeCombineArgs& a) override { cuda::moe_combine(a, stream_); }
+  void dequant_packed(const DequantPackedArgs& a) override { cuda::dequant_packed(a, stream_); }
 
   void matmul(const MatmulArgs& a) override {
     if (a.m == 0 || a.n == 0) return;
@@ -70,11 +138,24 @@ class CudaBackend final : public Backend {
   void router(const RouterArgs& a) override { cuda::router(a, stream_); }
   void swiglu(const SwigluArgs& a) override { cuda::swiglu(a, stream_); }
   void engram_gate(const EngramGateArgs& a) override { cuda::engram_gate(a, stream_); }
-  void synchronize() override { DI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override {
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    staging_off_ = 0;  // every staged copy has completed
+  }
 
  private:
+  static constexpr size_t kStagingInitial = size_t{8} << 20;  // 8 MiB, grown on demand
+  static void check_size(int64_t bytes, const char* what) {
+    if (bytes < 0) {
+      std::fprintf(stderr, "deepinfer: CUDA %s of a negative size (%lld bytes)\n", what, static_cast<long long>(bytes));
+      std::abort();
+    }
+  }
+
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  uint8_t* staging_ = nullptr;  // pinned host ring for uploads
+  size_t staging_cap_ = 0, staging_off_ = 0;
 };
 
 }  // namespace

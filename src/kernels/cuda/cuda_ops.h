@@ -1,5 +1,6 @@
 // The CUDA backend's op functions (device pointers in every args struct), one file per op
-// family: elementwise.cu, attention.cu, cuda_backend.cu (matmul and the Backend object).
+// family: elementwise.cu, attention.cu, gather.cu (gathers, scale, MoE combine, packed
+// dequantisation), cuda_backend.cu (matmul, memory and the Backend object).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +24,11 @@ void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s);
 void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s);
 void topk_mask(const TopkMaskArgs& a, cudaStream_t s);
 void router(const RouterArgs& a, cudaStream_t s);
+void gather_weight_rows(const GatherWeightRowsArgs& a, cudaStream_t s);
+void scale(const ScaleArgs& a, cudaStream_t s);
+void gather_rows(const GatherRowsArgs& a, cudaStream_t s);
+void moe_combine(const MoeCombineArgs& a, cudaStream_t s);
+void dequant_packed(const DequantPackedArgs& a, cudaStream_t s);
 // Rows [row0, row0 + n) of w as float32: out [n, w.cols] (device).
 void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStream_t s);
 

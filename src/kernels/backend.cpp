@@ -1,0 +1,28 @@
+#include <string>
+
+#include "core/error.h"
+#include "kernels/backend.h"
+
+namespace deepinfer::kernels {
+
+#ifndef DEEPINFER_HAS_CUDA
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  throw Error("device 'cuda': this build has no CUDA backend (configure with -DDEEPINFER_CUDA=ON, preset 'cuda')");
+}
+bool cuda_built() { return false; }
+#else
+bool cuda_built() { return true; }
+#endif
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads) {
+  if (device == "cpu") return make_cpu_backend(cpu_threads);
+  if (device == "cuda") return make_cuda_backend(0);
+  if (device.rfind("cuda:", 0) == 0) {
+    const std::string idx = device.substr(5);
+    if (!idx.empty() && idx.size() < 4 && idx.find_first_not_of("0123456789") == std::string::npos)
+      return make_cuda_backend(std::stoi(idx));
+  }
+  throw Error("device '" + device + "': expected cpu, cuda or cuda:N");
+}
+
+}  // namespace deepinfer::kernels

@@ -1,0 +1,170 @@
+// CUDA: gathers and small row ops — weight rows by id (embedding), row gather, in-place
+// scale, the MoE combine in the reference's accumulation order, and the dequantisation of
+// fake-quant codes/scales. Every result is bitwise equal to the CPU reference.
+//
+// Bitwise notes: decodes build the float from bits exactly as kernels::dequant_row /
+// core::e4m3_to_f32 do (a NaN code keeps its sign: sign | 0x7FC00000); products go through
+// x86_mul, which is __fmul_rn for numbers and gives the NaN an x86 multiply gives (the NaN
+// operand, quieted; a NaN made by the multiply itself is 0xFFC00000) instead of the GPU's
+// canonical 0x7FFFFFFF. Sums are __fadd_rn in the reference's order.
+#include "kernels/cuda/cuda_ops.h"
+
+namespace deepinfer::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+unsigned grid(int64_t n) { return static_cast<unsigned>(ceil_div(n, kThreads)); }
+
+__device__ inline float x86_mul(float a, float b) {
+  if (isnan(a)) return __uint_as_float(__float_as_uint(a) | 0x00400000u);
+  if (isnan(b)) return __uint_as_float(__float_as_uint(b) | 0x00400000u);
+  const float r = __fmul_rn(a, b);
+  return isnan(r) ? __uint_as_float(0xFFC00000u) : r;
+}
+
+// e4m3 code -> float, as kernels::dequant_row's e4m3_bits and core::e4m3_to_f32.
+__device__ inline float e4m3_exact(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24, e = (b >> 3) & 0xFu, m = b & 7u;
+  if (e == 15 && m == 7) return __uint_as_float(sign | 0x7FC00000u);
+  if (e == 0) return __uint_as_float(sign | __float_as_uint(__fmul_rn(static_cast<float>(m), 0x1p-9f)));
+  return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+// ue8m0 code -> 2^(v-127) (NaN for 255), as core::e8m0_to_f32.
+__device__ inline float e8m0_exact(uint8_t v) {
+  if (v == 255) return __uint_as_float(0x7FC00000u);
+  if (v == 0) return __uint_as_float(0x00400000u);  // 2^-127, subnormal
+  return __uint_as_float(static_cast<uint32_t>(v) << 23);
+}
+
+// e2m1 code (sign in bit 3; code 8 is +0) -> float, as core::e2m1_to_f32.
+__device__ inline float e2m1_exact(uint32_t code) {
+  const uint32_t c = code & 7u, sign = (code & 8u) << 28;
+  if (c >= 2) return __uint_as_float(sign | (((c >> 1) + 126u) << 23) | ((c & 1u) << 22));
+  if (c == 0) return 0.0f;
+  return __uint_as_float(sign | 0x3F000000u);  // ±0.5
+}
+
+// Element (r, j) of w as float32, exactly as dequant_row.
+__device__ inline float weight_at(const WeightView& w, int64_t r, int64_t j) {
+  const int64_t k = w.cols, sc_cols = (k + 31) / 32;
+  switch (w.format) {
+    case WeightFormat::kF32: return __uint_as_float(static_cast<const uint32_t*>(w.data)[r * k + j]);
+    case WeightFormat::kBF16: return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(w.data)[r * k + j]) << 16);
+    case WeightFormat::kFP8Block32:
+      return x86_mul(e4m3_exact(static_cast<const uint8_t*>(w.data)[r * k + j]), e8m0_exact(w.scale[(r / 32) * sc_cols + j / 32]));
+    case WeightFormat::kFP8Row32:
+      return x86_mul(e4m3_exact(static_cast<const uint8_t*>(w.data)[r * k + j]), e8m0_exact(w.scale[r * sc_cols + j / 32]));
+    case WeightFormat::kMXFP4: {
+      const uint8_t byte = static_cast<const uint8_t*>(w.data)[r * ((k + 1) / 2) + j / 2];
+      return x86_mul(e2m1_exact((j % 2 == 0) ? (byte & 0xFu) : static_cast<uint32_t>(byte >> 4)), e8m0_exact(w.scale[r * sc_cols + j / 32]));
+    }
+  }
+  return 0.0f;
+}
+
+// One thread per (row, column); the value is written into each of the `copies` slots.
+__global__ void gather_weight_rows_k(WeightView w, const int64_t* ids, float* out, int64_t rows, int64_t copies, int64_t ldo) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t k = w.cols;
+  if (i >= rows * k) return;
+  const int64_t r = i / k, j = i % k;
+  const float v = weight_at(w, ids[r], j);
+  float* o = out + r * ldo + j;
+  for (int64_t c = 0; c < copies; ++c) o[c * k] = v;
+}
+
+__global__ void scale_k(float* x, int64_t n, float s) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = x86_mul(x[i], s);
+}
+
+// Bit copies (float loads/stores keep every bit, but say so).
+__global__ void gather_rows_k(const uint32_t* src, const int32_t* idx, uint32_t* dst, int64_t rows, int64_t width) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * width) return;
+  const int64_t r = i / width, c = i % width;
+  dst[i] = src[static_cast<int64_t>(idx[r]) * width + c];
+}
+
+// One block per token: thread 0 orders the token's K slots by (expert id, slot) into shared
+// memory, then every thread sums its channels in that order from 0.0f, then + shared.
+__global__ void moe_combine_k(MoeCombineArgs a) {
+  extern __shared__ int order[];
+  const int64_t t = blockIdx.x, K = a.k, D = a.dim;
+  if (threadIdx.x == 0) {
+    for (int64_t k = 0; k < K; ++k) {  // insertion sort, stable: equal ids keep slot order
+      const int id = a.ids[t * K + k];
+      int64_t p = k;
+      while (p > 0 && a.ids[t * K + order[p - 1]] > id) {
+        order[p] = order[p - 1];
+        --p;
+      }
+      order[p] = static_cast<int>(k);
+    }
+  }
+  __syncthreads();
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < K; ++k) acc = __fadd_rn(acc, a.expert_out[static_cast<int64_t>(a.slot_row[t * K + order[k]]) * D + d]);
+    if (a.shared) acc = __fadd_rn(acc, a.shared[t * D + d]);
+    a.y[t * D + d] = acc;
+  }
+}
+
+// One thread per value, as dequant_fake_quant.
+__global__ void dequant_packed_k(int kind, const uint8_t* codes, const uint8_t* scales, float* out, int64_t n, int64_t block) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= n) return;
+  const int64_t b = e / block, i = e % block;
+  const float s = kind == static_cast<int>(FakeQuant::kFp4E4m3) ? e4m3_exact(scales[b]) : e8m0_exact(scales[b]);
+  float v;
+  if (kind == static_cast<int>(FakeQuant::kFp8Pow2)) {
+    v = e4m3_exact(codes[e]);
+  } else {
+    const uint8_t byte = codes[b * block / 2 + i / 2];
+    v = e2m1_exact(i % 2 == 0 ? (byte & 0xFu) : static_cast<uint32_t>(byte >> 4));
+  }
+  out[e] = x86_mul(v, s);
+}
+
+}  // namespace
+
+void gather_weight_rows(const GatherWeightRowsArgs& a, cudaStream_t s) {
+  const int64_t n = a.rows * a.w.cols;
+  if (n == 0 || a.copies <= 0) return;
+  const int64_t ldo = a.ldo ? a.ldo : a.copies * a.w.cols;
+  gather_weight_rows_k<<<grid(n), kThreads, 0, s>>>(a.w, a.ids, a.out, a.rows, a.copies, ldo);
+  DI_CUDA_LAUNCHED();
+}
+
+void scale(const ScaleArgs& a, cudaStream_t s) {
+  if (a.n <= 0) return;
+  scale_k<<<grid(a.n), kThreads, 0, s>>>(a.x, a.n, a.s);
+  DI_CUDA_LAUNCHED();
+}
+
+void gather_rows(const GatherRowsArgs& a, cudaStream_t s) {
+  const int64_t n = a.rows * a.width;
+  if (n <= 0) return;
+  gather_rows_k<<<grid(n), kThreads, 0, s>>>(reinterpret_cast<const uint32_t*>(a.src), a.idx, reinterpret_cast<uint32_t*>(a.dst),
+                                             a.rows, a.width);
+  DI_CUDA_LAUNCHED();
+}
+
+void moe_combine(const MoeCombineArgs& a, cudaStream_t s) {
+  if (a.n <= 0 || a.dim <= 0) return;
+  moe_combine_k<<<static_cast<unsigned>(a.n), kThreads, static_cast<size_t>(a.k > 0 ? a.k : 1) * sizeof(int), s>>>(a);
+  DI_CUDA_LAUNCHED();
+}
+
+void dequant_packed(const DequantPackedArgs& a, cudaStream_t s) {
+  if (a.block <= 0) return;
+  const int64_t n = a.rows * (a.dim / a.block) * a.block;
+  if (n <= 0) return;
+  dequant_packed_k<<<grid(n), kThreads, 0, s>>>(static_cast<int>(a.kind), a.codes, a.scales, a.out, n, a.block);
+  DI_CUDA_LAUNCHED();
+}
+
+}  // namespace deepinfer::kernels::cuda
