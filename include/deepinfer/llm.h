@@ -24,7 +24,8 @@ struct EngineConfig {
   std::string model;                       // checkpoint directory (config.json, safetensors, tokenizer.json)
   std::string load_format = "auto";        // "auto" or "random" (seeded random weights from config.json)
   uint64_t seed = 0;                       // engine seed: requests without their own seed derive from it
-  int threads = 0;                         // compute threads; 0 = DEEPINFER_THREADS or every core
+  std::string device = "cpu";              // "cpu", "cuda" or "cuda:N" (builds with DEEPINFER_CUDA=ON)
+  int threads = 0;                         // CPU compute threads; 0 = DEEPINFER_THREADS or every core
   int64_t max_num_batched_tokens = 2048;   // tokens per step (chunked prefill budget)
   int64_t max_num_seqs = 64;               // sequences running at once
   int64_t memory_budget_bytes = 0;         // per-sequence state budget; 0 = unlimited

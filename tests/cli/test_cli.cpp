@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/npy.h"
+#include "kernels/backend.h"
 
 namespace {
 
@@ -242,6 +243,14 @@ TEST_F(Cli, TokenIdOutOfVocabulary) {
 
 // ---------------------------------------------------------------------------------------
 // Bad chunk sizes and a corrupt checkpoint
+
+TEST_F(Cli, BadDevice) {
+  EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "--device tpu")), HasSubstr("device 'tpu'"));
+  EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "--device cuda:x")), HasSubstr("device 'cuda:x'"));
+  if (!deepinfer::kernels::cuda_built()) {
+    EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "--device cuda")), HasSubstr("no CUDA backend"));
+  }
+}
 
 TEST_F(Cli, BadChunks) {
   for (const std::string c : {"0", "13,0,1", "abc", "4,,2", "-3", "2x", ""}) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -27,10 +28,14 @@ struct Dev {
   explicit Dev(const std::vector<T>& h) : n(h.size()) {
     cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T));
     if (n) cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice);
+    // cudaMemcpy from pageable memory may return before the DMA lands, and the backend's
+    // stream does not wait for the legacy default stream: finish before any op reads it.
+    cudaDeviceSynchronize();
   }
   explicit Dev(size_t count) : n(count) {
     cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T));
     cudaMemset(p, 0, std::max<size_t>(n, 1) * sizeof(T));
+    cudaDeviceSynchronize();  // cudaMemset is asynchronous (see above)
   }
   ~Dev() { cudaFree(p); }
   std::vector<T> get() const {
@@ -263,9 +268,12 @@ float from_bits(uint32_t b) {
 ::testing::AssertionResult same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
   for (size_t i = 0; i < a.size(); ++i)
-    if (bits(a[i]) != bits(b[i]))
-      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " (0x" << std::hex << bits(a[i]) << ") vs " << std::dec
-                                           << b[i] << " (0x" << std::hex << bits(b[i]) << ")";
+    if (bits(a[i]) != bits(b[i])) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.9g (0x%08X) vs %.9g (0x%08X)", static_cast<double>(a[i]), bits(a[i]), static_cast<double>(b[i]),
+                    bits(b[i]));
+      return ::testing::AssertionFailure() << "element " << i << ": " << buf;
+    }
   return ::testing::AssertionSuccess();
 }
 

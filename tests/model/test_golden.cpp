@@ -1,5 +1,6 @@
 // Golden tests: the reference's logits for every fixture, in three chunkings, and its
-// greedy continuation reproduced by argmax decoding.
+// greedy continuation reproduced by argmax decoding; on the CPU backend and, in a CUDA
+// build, on the CUDA backend too (weights, activations and caches in device memory).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,8 +22,8 @@ struct Fixture {
   std::unique_ptr<kernels::Backend> be;
   model::LoadedModel lm;
   model::DeepseekV41* m = nullptr;
-  explicit Fixture(const std::string& name) : dir(std::string(DEEPINFER_TEST_DATA) + "/v41/" + name) {
-    be = kernels::make_cpu_backend(2);
+  Fixture(const std::string& name, const std::string& device) : dir(std::string(DEEPINFER_TEST_DATA) + "/v41/" + name) {
+    be = kernels::make_backend(device, 2);
     lm = model::load_model(dir, *be);
     m = lm.model.get();
   }
@@ -56,32 +57,43 @@ double run_chunks(Fixture& fx, const std::vector<int64_t>& chunks, int64_t* n_ou
   return max_diff / max_ref;
 }
 
-class Golden : public ::testing::TestWithParam<std::string> {};
+using Param = std::tuple<std::string, std::string>;  // fixture, device
+class Golden : public ::testing::TestWithParam<Param> {
+ protected:
+  std::string name() const { return std::get<0>(GetParam()) + "/" + std::get<1>(GetParam()); }
+  Fixture make() const { return Fixture(std::get<0>(GetParam()), std::get<1>(GetParam())); }
+};
+
+std::vector<std::string> devices() {
+  std::vector<std::string> d{"cpu"};
+  if (kernels::cuda_built()) d.push_back("cuda");
+  return d;
+}
 
 TEST_P(Golden, LogitsOneCall) {
-  Fixture fx(GetParam());
+  Fixture fx = make();
   double err = run_chunks(fx, {1 << 30});
   RecordProperty("rel_err", std::to_string(err));
-  std::printf("[%s] one call: rel err %.3g\n", GetParam().c_str(), err);
+  std::printf("[%s] one call: rel err %.3g\n", name().c_str(), err);
   EXPECT_LE(err, 1e-4);
 }
 
 TEST_P(Golden, LogitsChunks13_9_1) {
-  Fixture fx(GetParam());
+  Fixture fx = make();
   double err = run_chunks(fx, {13, 9, 1});
-  std::printf("[%s] chunks 13,9,1,1,...: rel err %.3g\n", GetParam().c_str(), err);
+  std::printf("[%s] chunks 13,9,1,1,...: rel err %.3g\n", name().c_str(), err);
   EXPECT_LE(err, 1e-4);
 }
 
 TEST_P(Golden, LogitsChunks7) {
-  Fixture fx(GetParam());
+  Fixture fx = make();
   double err = run_chunks(fx, {7});
-  std::printf("[%s] chunks of 7: rel err %.3g\n", GetParam().c_str(), err);
+  std::printf("[%s] chunks of 7: rel err %.3g\n", name().c_str(), err);
   EXPECT_LE(err, 1e-4);
 }
 
 TEST_P(Golden, GreedyTokens) {
-  Fixture fx(GetParam());
+  Fixture fx = make();
   std::vector<int64_t> prompt = core::read_npy_ints(fx.golden("greedy_prompt.npy"));
   std::vector<int64_t> expect = core::read_npy_ints(fx.golden("greedy_tokens.npy"));
   const int64_t V = fx.m->config().vocab_size;
@@ -97,9 +109,11 @@ TEST_P(Golden, GreedyTokens) {
   EXPECT_EQ(got, expect);
 }
 
-INSTANTIATE_TEST_SUITE_P(V41, Golden, ::testing::Values("swa", "ced-1src", "ced", "ced-reindex", "full", "full-q"),
-                         [](const ::testing::TestParamInfo<std::string>& p) {
-                           std::string s = p.param;
+INSTANTIATE_TEST_SUITE_P(V41, Golden,
+                         ::testing::Combine(::testing::Values("swa", "ced-1src", "ced", "ced-reindex", "full", "full-q"),
+                                            ::testing::ValuesIn(devices())),
+                         [](const ::testing::TestParamInfo<Param>& p) {
+                           std::string s = std::get<0>(p.param) + "_" + std::get<1>(p.param);
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });
