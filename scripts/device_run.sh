@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # One full device run on the GPU machine (see NOTES-device.md): build the `cuda` preset with
-# many jobs, run the CUDA parity tests, write a report under $OUT (or build/device-out).
-# Usage (through the device tool): bash scripts/device_run.sh
+# many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
+# on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
+# Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
+#   stages: test (default), bench, all
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/device-out}
 mkdir -p "$OUT"
+STAGES=${*:-test}
+[ "$STAGES" = all ] && STAGES="test bench"
+R="$OUT/report.txt"
 {
   echo "== machine"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1; nproc; date -u
-  echo "== configure + build (cuda preset)"
-} > "$OUT/report.txt"
+  echo "== stages: $STAGES"
+} > "$R"
 # The device image lacks the PCRE2 and utf8proc dev packages: the run carries Debian's .deb
 # files in .debs/ (scripts/fetch_device_debs.sh) and unpacks them into a private prefix, never
 # over the system's own libraries.
@@ -19,11 +24,34 @@ if [ -d .debs ]; then
   export PKG_CONFIG_SYSROOT_DIR=$PREFIX PKG_CONFIG_PATH=$PREFIX/usr/lib/x86_64-linux-gnu/pkgconfig
   export LD_LIBRARY_PATH=$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
+t0=$(date +%s)
 cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-  >> "$OUT/report.txt" 2>&1
-cmake --build build/cuda -j "$(nproc)" --target test_cuda_parity bench_cuda_ops >> "$OUT/build.log" 2>&1
-echo "build exit $?" >> "$OUT/report.txt"
-echo "== parity tests" >> "$OUT/report.txt"
-./build/cuda/tests/test_cuda_parity 2>&1 | tee -a "$OUT/report.txt"
-echo "== kernel lab" >> "$OUT/report.txt"
-./build/cuda/bench/bench_cuda_ops 2>&1 | tee -a "$OUT/report.txt"
+  >> "$OUT/build.log" 2>&1
+cmake --build build/cuda -j "$(nproc)" --target deepinfer test_cuda_parity test_model test_cli bench_cuda_ops bench_forward \
+  >> "$OUT/build.log" 2>&1
+echo "build exit $? ($(( $(date +%s) - t0 )) s)" >> "$R"
+tail -30 "$OUT/build.log" | grep -E "error|FAILED" >> "$R"
+
+for stage in $STAGES; do
+  case $stage in
+    test)
+      echo "== op parity (CPU vs CUDA)" >> "$R"
+      ./build/cuda/tests/test_cuda_parity 2>&1 | tail -40 >> "$R"
+      echo "== golden fixtures on the CUDA backend" >> "$R"
+      ./build/cuda/tests/test_model --gtest_filter='*cuda*' 2>&1 | grep -E "rel err|OK|FAILED|PASSED|Failure|Expected|Which|actual" | head -80 >> "$R"
+      echo "== CLI on --device cuda" >> "$R"
+      for fx in swa ced full full-q; do
+        d=tests/data/v41/$fx
+        ./build/cuda/deepinfer logits --model "$d" --tokens "$d/golden/tokens.npy" --device cuda --out "$OUT/$fx.npy" \
+          > "$OUT/$fx.txt" 2>&1
+        echo "$fx exit $?: $(tail -1 "$OUT/$fx.txt")" >> "$R"
+      done
+      ;;
+    bench)
+      echo "== kernel lab" >> "$R"
+      ./build/cuda/bench/bench_cuda_ops 2>&1 >> "$R"
+      ;;
+  esac
+done
+echo "== total $(( $(date +%s) - t0 )) s" >> "$R"
+cat "$R"
