@@ -17,12 +17,13 @@ bool cuda_built() { return true; }
 std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads) {
   if (device == "cpu") return make_cpu_backend(cpu_threads);
   if (device == "cuda") return make_cuda_backend(0);
+  if (device == "cuda-check") return make_cross_check_backend(make_cuda_backend(0));
   if (device.rfind("cuda:", 0) == 0) {
     const std::string idx = device.substr(5);
     if (!idx.empty() && idx.size() < 4 && idx.find_first_not_of("0123456789") == std::string::npos)
       return make_cuda_backend(std::stoi(idx));
   }
-  throw Error("device '" + device + "': expected cpu, cuda or cuda:N");
+  throw Error("device '" + device + "': expected cpu, cuda, cuda:N or cuda-check");
 }
 
 }  // namespace deepinfer::kernels

@@ -307,6 +307,9 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 // "cpu" or "cuda[:N]"; an Error names a device that is not one of these.
 std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads = 0);
+// Runs every op on `device`, replays the discrete ops (rounding, routing, selections) on the CPU
+// reference with the same inputs and reports disagreements on stderr ("cuda-check").
+std::unique_ptr<Backend> make_cross_check_backend(std::unique_ptr<Backend> device);
 // True when this build includes the CUDA backend.
 bool cuda_built();
 
