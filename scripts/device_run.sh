@@ -3,7 +3,7 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, all
+#   stages: test (default), bench, all; BENCH_ARGS are passed to bench/bench_device
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/device-out}
@@ -27,7 +27,7 @@ fi
 t0=$(date +%s)
 cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   >> "$OUT/build.log" 2>&1
-cmake --build build/cuda -j "$(nproc)" --target deepinfer test_cuda_parity test_model test_cli bench_cuda_ops bench_forward \
+cmake --build build/cuda -j "$(nproc)" --target deepinfer test_cuda_parity test_cuda_model test_model test_cli bench_cuda_ops bench_device \
   >> "$OUT/build.log" 2>&1
 echo "build exit $? ($(( $(date +%s) - t0 )) s)" >> "$R"
 tail -30 "$OUT/build.log" | grep -E "error|FAILED" >> "$R"
@@ -38,7 +38,9 @@ for stage in $STAGES; do
       echo "== op parity (CPU vs CUDA)" >> "$R"
       ./build/cuda/tests/test_cuda_parity 2>&1 | tail -40 >> "$R"
       echo "== golden fixtures on the CUDA backend" >> "$R"
-      ./build/cuda/tests/test_model --gtest_filter='*cuda*' 2>&1 | grep -E "rel err|OK|FAILED|PASSED|Failure|Expected|Which|actual" | head -80 >> "$R"
+      ./build/cuda/tests/test_model --gtest_filter='*cuda*' 2>&1 | grep -E "rel err|OK|FAILED|PASSED|Failure|Expected|Which|actual|batch of" | head -80 >> "$R"
+      echo "== bf16 on the CUDA backend, device random weights" >> "$R"
+      ./build/cuda/tests/test_cuda_model 2>&1 | grep -E "rel err|greedy|OK|FAILED|PASSED|Failure|Expected|Which|actual" | head -60 >> "$R"
       echo "== CLI on --device cuda" >> "$R"
       for fx in swa ced full full-q; do
         d=tests/data/v41/$fx
@@ -49,7 +51,10 @@ for stage in $STAGES; do
       ;;
     bench)
       echo "== kernel lab" >> "$R"
-      ./build/cuda/bench/bench_cuda_ops 2>&1 >> "$R"
+      ./build/cuda/bench/bench_cuda_ops >> "$R" 2>&1
+      echo "== model on the device: bench_device ${BENCH_ARGS:-}" >> "$R"
+      # shellcheck disable=SC2086
+      ./build/cuda/bench/bench_device ${BENCH_ARGS:-} >> "$R" 2>&1
       ;;
   esac
 done

@@ -53,7 +53,7 @@ std::vector<int64_t> chunk_plan(int64_t n, const std::vector<int64_t>& sizes) {
 }
 
 int cmd_logits(const std::vector<std::string>& args) {
-  auto f = parse_flags(args, {"model", "tokens", "chunks", "out", "top", "load-format", "seed", "device", "threads"}, "logits");
+  auto f = parse_flags(args, {"model", "tokens", "chunks", "out", "top", "load-format", "seed", "device", "dtype", "threads"}, "logits");
   if (f.count("help")) {
     std::printf(
         "deepinfer logits --model DIR --tokens IDS.npy [--chunks 13,9,1] [--out LOGITS.npy] [--top K]\n"
@@ -61,7 +61,8 @@ int cmd_logits(const std::vector<std::string>& args) {
         "  (the last size repeats; default one chunk), writes float32 logits [n_tokens, vocab] to --out\n"
         "  and prints the top K (default 5) next tokens after the last position.\n"
         "  --load-format auto|random: random = seeded random weights from config.json alone (--seed).\n"
-        "  --device cpu|cuda|cuda:N: where the model runs (default cpu; cuda needs a DEEPINFER_CUDA build).\n");
+        "  --device cpu|cuda|cuda:N: where the model runs (default cpu; cuda needs a DEEPINFER_CUDA build).\n"
+        "  --dtype float32|bfloat16: matmul precision (bfloat16: tensor cores, CUDA only; default float32).\n");
     return 0;
   }
   if (!f.count("model")) throw Error("deepinfer logits: --model DIR is required");
@@ -79,7 +80,7 @@ int cmd_logits(const std::vector<std::string>& args) {
   const int threads = static_cast<int>(threads_flag);
 
   auto t0 = std::chrono::steady_clock::now();
-  auto backend = kernels::make_backend(f.count("device") ? f["device"] : "cpu", threads);
+  auto backend = kernels::make_backend(f.count("device") ? f["device"] : "cpu", threads, f.count("dtype") ? f["dtype"] : "float32");
   model::LoadedModel lm = model::load_model(
       f["model"], *backend, fmt == "random" ? model::LoadFormat::kRandom : model::LoadFormat::kAuto,
       static_cast<uint64_t>(f.count("seed") ? parse_int("seed", f["seed"]) : 0));

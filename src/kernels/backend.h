@@ -258,6 +258,23 @@ struct DequantPackedArgs {
   int64_t rows = 0, dim = 0, block = 32;
 };
 
+// Seeded normal values for random weights: out[i] = mean + std * z_i with
+// z_i = core::normal01(seed, i) (Box-Muller in double), stored as float32 or bf16 (round to
+// nearest even). mean == 0 stores std * z_i exactly as the CPU's random_weights does.
+struct RandomFillArgs {
+  void* out = nullptr;                        // [n] float or bf16
+  WeightFormat format = WeightFormat::kF32;   // kF32 or kBF16
+  int64_t n = 0;
+  uint64_t seed = 0;
+  float mean = 0.0f, std = 1.0f;
+};
+
+// How a device multiplies matrices: kFloat32 = every weight dequantised exactly and float32
+// math (the reference path); kBF16 = activations rounded to bf16 and weights in bf16
+// (quantised ones dequantised into bf16, which is exact for FP8/FP4 codes with power-of-two
+// scales) on tensor cores with float32 accumulation.
+enum class Precision : uint8_t { kFloat32, kBF16 };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -279,6 +296,8 @@ class Backend {
   virtual void gather_rows(const GatherRowsArgs& a) = 0;
   virtual void moe_combine(const MoeCombineArgs& a) = 0;
   virtual void dequant_packed(const DequantPackedArgs& a) = 0;
+  virtual void fill_random(const RandomFillArgs& a) = 0;
+  virtual Precision precision() const { return Precision::kFloat32; }
 
   virtual void matmul(const MatmulArgs& a) = 0;
   virtual void rms_norm(const RmsNormArgs& a) = 0;
@@ -304,9 +323,10 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
 // The CUDA backend: every pointer it is given is a device pointer. One stream per backend;
 // ops are asynchronous until synchronize() or a download(). Without DEEPINFER_CUDA=ON at
 // build time this throws an Error saying so.
-std::unique_ptr<Backend> make_cuda_backend(int device = 0);
-// "cpu" or "cuda[:N]"; an Error names a device that is not one of these.
-std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads = 0);
+std::unique_ptr<Backend> make_cuda_backend(int device = 0, Precision precision = Precision::kFloat32);
+// device "cpu", "cuda[:N]" or "cuda-check"; dtype "float32" or "bfloat16" (CUDA only). An
+// Error names a device or dtype that is not one of these.
+std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads = 0, const std::string& dtype = "float32");
 // Runs every op on `device`, replays the discrete ops (rounding, routing, selections) on the CPU
 // reference with the same inputs and reports disagreements on stderr ("cuda-check").
 std::unique_ptr<Backend> make_cross_check_backend(std::unique_ptr<Backend> device);

@@ -43,6 +43,8 @@ class CrossCheck final : public Backend {
   void gather_rows(const GatherRowsArgs& a) override { d_->gather_rows(a); }
   void moe_combine(const MoeCombineArgs& a) override { d_->moe_combine(a); }
   void dequant_packed(const DequantPackedArgs& a) override { d_->dequant_packed(a); }
+  void fill_random(const RandomFillArgs& a) override { d_->fill_random(a); }
+  Precision precision() const override { return d_->precision(); }
 
   void fake_quant(const FakeQuantArgs& a) override {
     const int64_t n = a.rows * a.dim;

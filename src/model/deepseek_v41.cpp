@@ -53,8 +53,15 @@ DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::B
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
   for (int64_t l : cfg_.engram_layer_ids) {
     const EngramWeights& e = w_.layers[static_cast<size_t>(l)].engram;
-    std::vector<float> qk(static_cast<size_t>(hc * D));
-    for (int64_t i = 0; i < hc * D; ++i) qk[i] = e.q_weight[i] * e.k_weight[i];
+    std::vector<float> qk(static_cast<size_t>(hc * D)), kw(qk.size());
+    if (w_.on_backend) {  // weights made in device memory
+      be_.download(qk.data(), e.q_weight, hc * D * 4);
+      be_.download(kw.data(), e.k_weight, hc * D * 4);
+    } else {
+      std::copy(e.q_weight, e.q_weight + hc * D, qk.begin());
+      std::copy(e.k_weight, e.k_weight + hc * D, kw.begin());
+    }
+    for (int64_t i = 0; i < hc * D; ++i) qk[i] = qk[i] * kw[i];
     engram_qk_.emplace_back(be_);
     engram_qk_.back().upload(qk);
   }

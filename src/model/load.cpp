@@ -25,7 +25,8 @@ LoadedModel load_model(const std::string& dir, kernels::Backend& backend, LoadFo
   Weights w;
   if (format == LoadFormat::kRandom) {
     cfg = loader::load_config((fs::path(dir) / "config.json").string());
-    w = random_weights(cfg, seed);
+    // Made in the device's memory directly unless they need host-side quantisation.
+    w = random_weights(cfg, seed, cfg.quantization.present ? nullptr : &backend);
   } else {
     lm.checkpoint = loader::Checkpoint::open(dir);
     cfg = lm.checkpoint->config();

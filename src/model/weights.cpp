@@ -271,7 +271,36 @@ Weights load_weights(const loader::Checkpoint& ck) {
   return w;
 }
 
-Weights random_weights(const ModelConfig& c, uint64_t seed) {
+Weights random_weights(const ModelConfig& c, uint64_t seed, kernels::Backend* device, kernels::WeightFormat matmul_format) {
+  if (device && !device->host_memory()) {
+    DI_CHECK(!c.quantization.present, "random weights in release formats are made on the host");
+    DI_CHECK(matmul_format == kernels::WeightFormat::kF32 || matmul_format == kernels::WeightFormat::kBF16,
+             "random weights on a device are float32 or bf16");
+    // Generated in place on the device, tensor by tensor (same streams as below).
+    Weights w;
+    w.on_backend = true;
+    uint64_t tensor_id = 0;
+    auto fill = [&](kernels::WeightFormat f, int64_t n, float mean, float std) -> void* {
+      const uint64_t tid = ++tensor_id;
+      const int64_t bytes = n * (f == kernels::WeightFormat::kBF16 ? 2 : 4);
+      w.device.emplace_back(*device, bytes);
+      device->fill_random({.out = w.device.back().data(), .format = f, .n = n, .seed = seed ^ (tid * 0x9E3779B97F4A7C15ull),
+                           .mean = mean, .std = std});
+      return w.device.back().data();
+    };
+    Visitor v;
+    v.mat = [&](const std::string&, int64_t r, int64_t cols, Mat* m, bool need_f32) {
+      const kernels::WeightFormat f = need_f32 ? kernels::WeightFormat::kF32 : matmul_format;
+      *m = Mat{f, fill(f, r * cols, 0.0f, 1.0f / std::sqrt(static_cast<float>(cols))), nullptr, r, cols};
+    };
+    v.vec = [&](const std::string&, int64_t n, const float** out, int kind) {
+      *out = static_cast<const float*>(fill(kernels::WeightFormat::kF32, n, kind == 1 ? 0.0f : 1.0f,
+                                            kind == 0 ? 0.1f : kind == 2 ? 0.0f : 0.1f));
+    };
+    visit(c, w, v);
+    device->synchronize();
+    return w;
+  }
   Weights w;
   uint64_t tensor_id = 0;
   Visitor v;
@@ -294,6 +323,7 @@ Weights random_weights(const ModelConfig& c, uint64_t seed) {
   };
   visit(c, w, v);
   if (c.quantization.present) quantize_release(c, w);
+  else if (matmul_format != kernels::WeightFormat::kF32) convert_matmul_weights(c, w, matmul_format);
   return w;
 }
 
@@ -320,6 +350,8 @@ void quantize_release(const ModelConfig& c, Weights& w) {
 }
 
 void upload_weights(const ModelConfig& c, Weights& w, kernels::Backend& be) {
+  if (w.on_backend) return;
+  w.on_backend = true;
   auto put = [&](const void* src, int64_t bytes) -> void* {
     w.device.emplace_back(be, bytes);
     be.upload(w.device.back().data(), src, bytes);

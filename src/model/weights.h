@@ -87,6 +87,7 @@ struct Weights {
   std::vector<std::unique_ptr<uint8_t[]>> owned_bytes;
   // Copies in a device backend's memory (upload_weights); the pointers above then point here.
   std::vector<kernels::Buf<uint8_t>> device;
+  bool on_backend = false;  // every pointer is in a device backend's memory
   // Bytes of every weight in its stored format (what a forward reads at most).
   int64_t stored_bytes() const;
 };
@@ -99,7 +100,11 @@ struct Weights {
 Weights load_weights(const loader::Checkpoint& ck);
 // Seeded random weights at the config's shapes (matrices ~ N(0, 1/in), norms ~ 1, biases 0);
 // with a `quantization_config` they are stored in the release formats (see quantize_release).
-Weights random_weights(const loader::ModelConfig& c, uint64_t seed);
+// With a device backend (and no quantization_config) they are generated in its memory, with
+// the matmul weights in `matmul_format` (float32 or bf16); on the host, other formats are
+// converted after generation.
+Weights random_weights(const loader::ModelConfig& c, uint64_t seed, kernels::Backend* device = nullptr,
+                       kernels::WeightFormat matmul_format = kernels::WeightFormat::kF32);
 
 // The release checkpoint's format for a tensor (by canonical name): FP8 e4m3 with 32x32
 // ue8m0 blocks for the attention projections, indexer wq_b, shared experts and Engram wkv;

@@ -12,6 +12,7 @@
 #include "loader/checkpoint.h"
 #include "model/deepseek_v41.h"
 #include "model/load.h"
+#include "model/devices.h"
 
 using namespace deepinfer;
 
@@ -64,11 +65,6 @@ class Golden : public ::testing::TestWithParam<Param> {
   Fixture make() const { return Fixture(std::get<0>(GetParam()), std::get<1>(GetParam())); }
 };
 
-std::vector<std::string> devices() {
-  std::vector<std::string> d{"cpu"};
-  if (kernels::cuda_built()) d.push_back("cuda");
-  return d;
-}
 
 TEST_P(Golden, LogitsOneCall) {
   Fixture fx = make();
@@ -111,7 +107,7 @@ TEST_P(Golden, GreedyTokens) {
 
 INSTANTIATE_TEST_SUITE_P(V41, Golden,
                          ::testing::Combine(::testing::Values("swa", "ced-1src", "ced", "ced-reindex", "full", "full-q"),
-                                            ::testing::ValuesIn(devices())),
+                                            ::testing::ValuesIn(deepinfer::testing::devices())),
                          [](const ::testing::TestParamInfo<Param>& p) {
                            std::string s = std::get<0>(p.param) + "_" + std::get<1>(p.param);
                            std::replace(s.begin(), s.end(), '-', '_');

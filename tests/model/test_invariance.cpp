@@ -12,6 +12,7 @@
 #include "kernels/backend.h"
 #include "loader/config.h"
 #include "model/deepseek_v41.h"
+#include "model/devices.h"
 
 using namespace deepinfer;
 
@@ -45,11 +46,17 @@ std::vector<float> run(model::DeepseekV41& m, const std::vector<int64_t>& toks, 
   return out;
 }
 
+// Tests that run on every built backend (bitwise invariance must hold on each).
+class OnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<kernels::Backend> backend() const { return kernels::make_backend(GetParam(), 2); }
+};
+
 }  // namespace
 
-TEST(Invariance, ChunkingIsBitwiseIdentical) {
+TEST_P(OnDevice, ChunkingIsBitwiseIdentical) {
   auto cfg = small_config();
-  auto be = kernels::make_cpu_backend(2);
+  auto be = backend();
   model::DeepseekV41 m(cfg, model::random_weights(cfg, 7), *be);
   std::vector<int64_t> toks(300);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int64_t>((i * 37 + 11) % 300);
@@ -60,6 +67,7 @@ TEST(Invariance, ChunkingIsBitwiseIdentical) {
     ASSERT_EQ(other.size(), one.size());
     EXPECT_EQ(std::memcmp(other.data(), one.data(), one.size() * sizeof(float)), 0) << "chunks " << chunks[0];
   }
+  if (GetParam() != "cpu") return;  // below: the CPU's thread count
   // A different thread count gives the same bits too.
   auto be1 = kernels::make_cpu_backend(1);
   model::DeepseekV41 m1(cfg, model::random_weights(cfg, 7), *be1);
@@ -75,9 +83,9 @@ TEST(Invariance, RandomWeightsDependOnlyOnTheSeed) {
   EXPECT_NE(std::memcmp(wa.data, c.layers[2].attn.wq_b.data, static_cast<size_t>(wa.rows * wa.cols) * 4), 0);
 }
 
-TEST(Invariance, BatchedSequencesMatchEachAlone) {
+TEST_P(OnDevice, BatchedSequencesMatchEachAlone) {
   auto cfg = small_config();
-  auto be = kernels::make_cpu_backend(2);
+  auto be = backend();
   model::DeepseekV41 m(cfg, model::random_weights(cfg, 7), *be);
   const int64_t V = cfg.vocab_size;
   // Three sequences: a long prompt, a short one, and one already 40 tokens in.
@@ -116,12 +124,12 @@ TEST(Invariance, BatchedSequencesMatchEachAlone) {
   }
 }
 
-TEST(Invariance, BoundedReplayIsIndependentOfChunking) {
+TEST_P(OnDevice, BoundedReplayIsIndependentOfChunking) {
   // CED prefill: rows before the tail skip the decoder layers. Splitting the prompt so the
   // first chunk ends before the tail gives the same bits as one replayed call, and decoding
   // afterwards continues identically.
   auto cfg = small_config();
-  auto be = kernels::make_cpu_backend(2);
+  auto be = backend();
   model::DeepseekV41 m(cfg, model::random_weights(cfg, 9), *be);
   const int64_t V = cfg.vocab_size, W = cfg.sliding_window, n = 120;
   ASSERT_LT(m.late_layer_start(), cfg.num_hidden_layers);
@@ -162,4 +170,46 @@ TEST(Invariance, BoundedReplayIsIndependentOfChunking) {
   }
   EXPECT_GT(max_diff, 0.0);
   EXPECT_LT(max_diff / max_ref, 0.5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Invariance, OnDevice, ::testing::ValuesIn(deepinfer::testing::devices()),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST_P(OnDevice, DecodeStepIsBitwiseTheSameInBatchesUpTo256) {
+  // One sequence's decode logits alone, and inside decode batches of 2..256 sequences with
+  // other prompt lengths (so other rows, other caches): the same bits.
+  auto cfg = small_config();
+  auto be = backend();
+  model::DeepseekV41 m(cfg, model::random_weights(cfg, 5), *be);
+  const int64_t V = cfg.vocab_size;
+  auto prompt = [&](int64_t q) {
+    std::vector<int64_t> t;
+    for (int64_t i = 0; i < 3 + (q * 7) % 29; ++i) t.push_back((q * 31 + i * 17 + 1) % V);
+    return t;
+  };
+  const std::vector<int64_t> target = prompt(0);
+  const int64_t next = 42;
+  std::vector<float> alone(static_cast<size_t>(V)), scratch(static_cast<size_t>(64 * V));
+  {
+    auto st = m.new_state();
+    m.forward(target.data(), static_cast<int64_t>(target.size()), st, scratch.data(), true);
+    m.forward(&next, 1, st, alone.data(), true);
+  }
+  for (int64_t B : {2, 17, 64, 256}) {
+    std::vector<model::SequenceState> st;
+    std::vector<int64_t> step(static_cast<size_t>(B));
+    for (int64_t q = 0; q < B; ++q) {
+      st.push_back(m.new_state());
+      const std::vector<int64_t> p = prompt(q);
+      m.forward(p.data(), static_cast<int64_t>(p.size()), st.back(), scratch.data(), true);
+      step[static_cast<size_t>(q)] = q == 0 ? next : (q * 11) % V;
+    }
+    std::vector<float> logits(static_cast<size_t>(B * V));
+    std::vector<model::DeepseekV41::SeqChunk> chunks;
+    for (int64_t q = 0; q < B; ++q)
+      chunks.push_back({.tokens = &step[static_cast<size_t>(q)], .n = 1, .state = &st[static_cast<size_t>(q)],
+                        .logits = logits.data() + q * V});
+    m.forward(std::span<model::DeepseekV41::SeqChunk>(chunks));
+    EXPECT_EQ(std::memcmp(logits.data(), alone.data(), static_cast<size_t>(V) * sizeof(float)), 0) << "batch of " << B;
+  }
 }

@@ -33,6 +33,7 @@ class CpuBackend final : public Backend {
   void gather_rows(const GatherRowsArgs& a) override { cpu::gather_rows(pool_, a); }
   void moe_combine(const MoeCombineArgs& a) override { cpu::moe_combine(pool_, a); }
   void dequant_packed(const DequantPackedArgs& a) override { cpu::dequant_packed(pool_, a); }
+  void fill_random(const RandomFillArgs& a) override { cpu::fill_random(pool_, a); }
 
   // Host memory, 64-byte aligned.
   bool host_memory() const override { return true; }

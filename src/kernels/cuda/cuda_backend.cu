@@ -29,12 +29,15 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) {
+  CudaBackend(int device, Precision precision) : precision_(precision) {
     DI_CUDA_CHECK(cudaSetDevice(device));
     DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DI_CUBLAS_CHECK(cublasCreate(&blas_));
     DI_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     DI_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH));  // true float32, no TF32
+    DI_CUBLAS_CHECK(cublasCreate(&blas_tc_));                          // bf16 on tensor cores
+    DI_CUBLAS_CHECK(cublasSetStream(blas_tc_, stream_));
+    DI_CUBLAS_CHECK(cublasSetMathMode(blas_tc_, CUBLAS_DEFAULT_MATH));
     // Keep freed pool memory cached instead of returning it to the driver at every sync.
     cudaMemPool_t pool = nullptr;
     DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
@@ -45,6 +48,7 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(stream_);
     if (staging_) cudaFreeHost(staging_);
     cublasDestroy(blas_);
+    cublasDestroy(blas_tc_);
     cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "cuda"; }
@@ -105,8 +109,12 @@ class CudaBackend final : public Backend {
   void moe_combine(const MoeCombineArgs& a) override { cuda::moe_combine(a, stream_); }
   void dequant_packed(const DequantPackedArgs& a) override { cuda::dequant_packed(a, stream_); }
 
+  Precision precision() const override { return precision_; }
+  void fill_random(const RandomFillArgs& a) override { cuda::fill_random(a, stream_); }
+
   void matmul(const MatmulArgs& a) override {
     if (a.m == 0 || a.n == 0) return;
+    if (precision_ == Precision::kBF16) return matmul_bf16(a);
     const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
     const float* w = a.w.f32();
     float* tmp = nullptr;
@@ -144,6 +152,31 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // bf16 weights (or any format dequantised into a bf16 temporary) times x rounded to bf16,
+  // float32 accumulation and output, on tensor cores.
+  void matmul_bf16(const MatmulArgs& a) {
+    const int64_t ldy = a.ldy ? a.ldy : a.n;
+    const void* w = nullptr;
+    void* wtmp = nullptr;
+    if (a.w.format == WeightFormat::kBF16) {
+      w = static_cast<const uint16_t*>(a.w.data) + a.w_row0 * a.k;
+    } else {
+      DI_CUDA_CHECK(cudaMallocAsync(&wtmp, static_cast<size_t>(a.n * a.k) * 2, stream_));
+      cuda::dequant_bf16(a.w, a.w_row0, a.n, wtmp, stream_);
+      w = wtmp;
+    }
+    void* xb = nullptr;
+    DI_CUDA_CHECK(cudaMallocAsync(&xb, static_cast<size_t>(a.m * a.k) * 2, stream_));
+    cuda::to_bf16(a.x, a.m, a.k, a.ldx ? a.ldx : a.k, xb, stream_);
+    const float one = 1.0f, zero = 0.0f;
+    DI_CUBLAS_CHECK(cublasGemmEx(blas_tc_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(a.m),
+                                 static_cast<int>(a.k), &one, w, CUDA_R_16BF, static_cast<int>(a.k), xb, CUDA_R_16BF,
+                                 static_cast<int>(a.k), &zero, a.y, CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+    DI_CUDA_CHECK(cudaFreeAsync(xb, stream_));
+    if (wtmp) DI_CUDA_CHECK(cudaFreeAsync(wtmp, stream_));
+  }
+
   static constexpr size_t kStagingInitial = size_t{8} << 20;  // 8 MiB, grown on demand
   static void check_size(int64_t bytes, const char* what) {
     if (bytes < 0) {
@@ -153,13 +186,16 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
+  cublasHandle_t blas_ = nullptr, blas_tc_ = nullptr;
+  Precision precision_ = Precision::kFloat32;
   uint8_t* staging_ = nullptr;  // pinned host ring for uploads
   size_t staging_cap_ = 0, staging_off_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(int device, Precision precision) {
+  return std::make_unique<CudaBackend>(device, precision);
+}
 
 }  // namespace deepinfer::kernels

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/backend.h"
+
 #define DI_CUDA_CHECK(expr)                                                                                  \
   do {                                                                                                       \
     cudaError_t err_ = (expr);                                                                               \
@@ -98,5 +100,24 @@ __device__ inline float d_pow2_ceil(float t) {
 }
 
 __device__ inline float d_e8m0_to_f32(uint8_t v) { return v == 255 ? __int_as_float(0x7FC00000) : ldexpf(1.0f, v - 127); }
+
+// Element (r, j) of a stored weight matrix as float32 (exact).
+__device__ inline float d_weight_at(const WeightView& w, int64_t r, int64_t j) {
+  const int64_t k = w.cols, sc_cols = (k + 31) / 32;
+  switch (w.format) {
+    case WeightFormat::kF32: return static_cast<const float*>(w.data)[r * k + j];
+    case WeightFormat::kBF16:
+      return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(w.data)[r * k + j]) << 16);
+    case WeightFormat::kFP8Block32:
+      return d_e4m3_to_f32(static_cast<const uint8_t*>(w.data)[r * k + j]) * d_e8m0_to_f32(w.scale[(r / 32) * sc_cols + j / 32]);
+    case WeightFormat::kFP8Row32:
+      return d_e4m3_to_f32(static_cast<const uint8_t*>(w.data)[r * k + j]) * d_e8m0_to_f32(w.scale[r * sc_cols + j / 32]);
+    case WeightFormat::kMXFP4: {
+      const uint8_t byte = static_cast<const uint8_t*>(w.data)[r * ((k + 1) / 2) + j / 2];
+      return d_e2m1_to_f32((j % 2 == 0) ? (byte & 0xF) : (byte >> 4)) * d_e8m0_to_f32(w.scale[r * sc_cols + j / 32]);
+    }
+  }
+  return 0.0f;
+}
 
 }  // namespace deepinfer::kernels::cuda

@@ -95,26 +95,8 @@ __global__ void fake_quant_k(float* x, int64_t blocks, int64_t block, int kind, 
 
 __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t k = w.cols, sc_cols = (k + 31) / 32;
-  if (i >= n * k) return;
-  const int64_t r = row0 + i / k, j = i % k;
-  float v = 0.0f;
-  switch (w.format) {
-    case WeightFormat::kF32: v = static_cast<const float*>(w.data)[r * k + j]; break;
-    case WeightFormat::kBF16: v = __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(w.data)[r * k + j]) << 16); break;
-    case WeightFormat::kFP8Block32:
-      v = d_e4m3_to_f32(static_cast<const uint8_t*>(w.data)[r * k + j]) * d_e8m0_to_f32(w.scale[(r / 32) * sc_cols + j / 32]);
-      break;
-    case WeightFormat::kFP8Row32:
-      v = d_e4m3_to_f32(static_cast<const uint8_t*>(w.data)[r * k + j]) * d_e8m0_to_f32(w.scale[r * sc_cols + j / 32]);
-      break;
-    case WeightFormat::kMXFP4: {
-      const uint8_t byte = static_cast<const uint8_t*>(w.data)[r * ((k + 1) / 2) + j / 2];
-      v = d_e2m1_to_f32((j % 2 == 0) ? (byte & 0xF) : (byte >> 4)) * d_e8m0_to_f32(w.scale[r * sc_cols + j / 32]);
-      break;
-    }
-  }
-  out[i] = v;
+  if (i >= n * w.cols) return;
+  out[i] = d_weight_at(w, row0 + i / w.cols, i % w.cols);
 }
 
 // One block per row: the 24 mix projections by block reductions, then Sinkhorn in thread 0.

@@ -1,0 +1,179 @@
+// Forward throughput on a device (or the CPU) with random weights made in the backend's
+// memory: decode step time at several batch sizes and a multi-prompt prefill (CED bounded
+// replay and exact), each next to its hardware limit: bytes moved per decode step against the
+// copy bandwidth, FLOPs per prefill against the bf16 tensor-core rate. A benchmark, not a test.
+//
+// usage: bench_device [--config DIR] [--device cuda] [--dtype bfloat16] [--format bf16|f32]
+//                     [--context 4096] [--batches 1,64,256] [--batch-context 256] [--steps 8]
+//                     [--prompts 8] [--prompt-len 4096] [--chunk 4096] [--seed 0]
+//                     [--bandwidth 4.26e12] [--peak 790e12]
+//   batch 1 decodes at --context tokens of context; larger batches at --batch-context each.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "loader/config.h"
+#include "model/deepseek_v41.h"
+#include "model/info.h"
+#include "model/weights.h"
+
+using namespace deepinfer;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) v.push_back(std::stoll(x));
+  return v;
+}
+
+int64_t token(int64_t q, int64_t i, int64_t V) { return (q * 7919 + i * 104729 + 13) % V; }
+
+// Prefills sequences [0, n) of `st` to `len` tokens each, `chunk` tokens per forward, with
+// CED bounded replay (rows before the last `window` of each prompt skip the decoder layers)
+// or exactly.
+void prefill(model::DeepseekV41& m, std::vector<model::SequenceState>& st, int64_t len, int64_t chunk, bool replay) {
+  const auto& c = m.config();
+  const bool can_replay = replay && m.late_layer_start() < c.num_hidden_layers;
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size) * st.size());
+  std::vector<std::vector<int64_t>> toks(st.size());
+  for (size_t q = 0; q < st.size(); ++q)
+    for (int64_t i = 0; i < len; ++i) toks[q].push_back(token(static_cast<int64_t>(q), i, c.vocab_size));
+  size_t q = 0;
+  int64_t done = 0;  // tokens of sequence q already fed
+  while (q < st.size()) {
+    std::vector<model::DeepseekV41::SeqChunk> batch;
+    int64_t budget = chunk;
+    while (budget > 0 && q < st.size()) {
+      const int64_t n = std::min(budget, len - done);
+      const int64_t tail_start = std::max<int64_t>(0, len - c.sliding_window);
+      batch.push_back({.tokens = toks[q].data() + done, .n = n, .state = &st[q],
+                       .replay_from = can_replay ? std::clamp<int64_t>(tail_start - done, 0, n) : 0,
+                       .logits = done + n == len ? logits.data() + q * c.vocab_size : nullptr});
+      budget -= n;
+      done += n;
+      if (done == len) {
+        ++q;
+        done = 0;
+      }
+    }
+    m.forward(std::span<model::DeepseekV41::SeqChunk>(batch));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_dir = std::string(DEEPINFER_BENCH_DIR) + "/configs/v41-flash-l16-e64";
+  std::string device = "cuda", dtype = "bfloat16", format = "bf16", batches_s = "1,64,256";
+  int64_t context = 4096, batch_context = 256, steps = 8, prompts = 8, prompt_len = 4096, chunk = 4096, seed = 0;
+  double bandwidth = 4.26e12, peak = 790e12;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--config") config_dir = v;
+    else if (a == "--device") device = v;
+    else if (a == "--dtype") dtype = v;
+    else if (a == "--format") format = v;
+    else if (a == "--batches") batches_s = v;
+    else if (a == "--context") context = std::stoll(v);
+    else if (a == "--batch-context") batch_context = std::stoll(v);
+    else if (a == "--steps") steps = std::stoll(v);
+    else if (a == "--prompts") prompts = std::stoll(v);
+    else if (a == "--prompt-len") prompt_len = std::stoll(v);
+    else if (a == "--chunk") chunk = std::stoll(v);
+    else if (a == "--seed") seed = std::stoll(v);
+    else if (a == "--bandwidth") bandwidth = std::stod(v);
+    else if (a == "--peak") peak = std::stod(v);
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  const loader::ModelConfig cfg = loader::load_config(config_dir + "/config.json");
+  const model::ParamCounts pc = model::count_params(cfg);
+  auto be = kernels::make_backend(device, 0, dtype);
+  const auto fmt = format == "bf16" ? kernels::WeightFormat::kBF16 : kernels::WeightFormat::kF32;
+  auto t0 = Clock::now();
+  model::Weights w = model::random_weights(cfg, static_cast<uint64_t>(seed), be.get(), fmt);
+  const double stored = static_cast<double>(w.stored_bytes());
+  model::DeepseekV41 m(cfg, std::move(w), *be);
+  be->synchronize();
+  std::printf("model %s: %.2fB parameters (%.2fB active per token), %s weights %.1f GB, made in %.1f s on %s, dtype %s\n",
+              config_dir.c_str(), static_cast<double>(pc.total()) / 1e9, static_cast<double>(pc.active_per_token(cfg)) / 1e9,
+              format.c_str(), stored / 1e9, since(t0), device.c_str(), dtype.c_str());
+  std::printf("limits: %.2f TB/s memory bandwidth, %.0f TFLOP/s matmul peak\n", bandwidth / 1e12, peak / 1e12);
+
+  // Bytes one decode step reads: the non-expert weights once, each expert some token routes
+  // to once (expected count under uniform routing), the embedding rows, and every sequence's
+  // state (window rings, compressed KV and indexer keys, read as stored).
+  const double wbytes = format == "bf16" ? 2.0 : 4.0;
+  const double expert_params = static_cast<double>(pc.routed_experts) / static_cast<double>(cfg.n_routed_experts);
+  const double dense_params = static_cast<double>(pc.total() - pc.routed_experts - pc.embed);
+  const model::StateBytes sb = model::state_bytes(cfg);
+  for (int64_t B : parse_list(batches_s)) {
+    const int64_t ctx = B == 1 ? context : batch_context;
+    std::vector<model::SequenceState> st;
+    for (int64_t q = 0; q < B; ++q) st.push_back(m.new_state());
+    auto tp = Clock::now();
+    prefill(m, st, ctx, std::max<int64_t>(chunk, ctx), true);
+    be->synchronize();
+    const double t_fill = since(tp);
+    std::vector<int64_t> step(static_cast<size_t>(B));
+    std::vector<float> logits(static_cast<size_t>(B * cfg.vocab_size));
+    std::vector<double> times;
+    for (int64_t s = 0; s < steps; ++s) {
+      std::vector<model::DeepseekV41::SeqChunk> batch;
+      for (int64_t q = 0; q < B; ++q) {
+        step[static_cast<size_t>(q)] = token(q, ctx + s, cfg.vocab_size);
+        batch.push_back({.tokens = &step[static_cast<size_t>(q)], .n = 1, .state = &st[static_cast<size_t>(q)],
+                         .logits = logits.data() + q * cfg.vocab_size});
+      }
+      auto ts = Clock::now();
+      m.forward(std::span<model::DeepseekV41::SeqChunk>(batch));  // ends with the logits' download
+      times.push_back(since(ts));
+    }
+    std::sort(times.begin(), times.end());
+    const double t = times[times.size() / 2];
+    const double E = static_cast<double>(cfg.n_routed_experts), K = static_cast<double>(cfg.num_experts_per_tok);
+    const double touched = E * (1.0 - std::pow(1.0 - K / E, static_cast<double>(B)));
+    const double bytes = (dense_params + touched * expert_params) * wbytes +
+                         static_cast<double>(B) * (static_cast<double>(cfg.hidden_size) * wbytes + sb.fixed_stored +
+                                                   sb.per_token_stored * static_cast<double>(ctx));
+    std::printf("decode batch %4lld, context %5lld: median step %8.2f ms (min %.2f) = %8.1f tokens/s; %.2f GB per step "
+                "(%.1f experts touched) -> %.0f GB/s = %.1f%% of bandwidth (roofline step %.2f ms); prefill of the contexts %.1f s\n",
+                static_cast<long long>(B), static_cast<long long>(ctx), t * 1e3, times.front() * 1e3,
+                static_cast<double>(B) / t, bytes / 1e9, touched, bytes / t / 1e9, 100.0 * bytes / t / bandwidth,
+                bytes / bandwidth * 1e3, t_fill);
+  }
+
+  // Prefill: `prompts` prompts of `prompt_len` tokens, `chunk` tokens per forward.
+  const double act = static_cast<double>(pc.active_per_token(cfg));
+  const double attn_per_tok = 4.0 * static_cast<double>(cfg.num_attention_heads * cfg.head_dim) *
+                              static_cast<double>(cfg.sliding_window + cfg.index_topk) * static_cast<double>(cfg.num_hidden_layers);
+  for (bool replay : {true, false}) {
+    if (prompts <= 0) break;
+    std::vector<model::SequenceState> st;
+    for (int64_t q = 0; q < prompts; ++q) st.push_back(m.new_state());
+    auto tp = Clock::now();
+    prefill(m, st, prompt_len, chunk, replay);
+    be->synchronize();
+    const double t = since(tp), tokens = static_cast<double>(prompts * prompt_len);
+    // FLOPs of the exact prefill (matmuls at 2 per active parameter, attention over window +
+    // top-k); bounded replay skips part of them, so its figure is the exact-equivalent rate.
+    const double flops = tokens * (2.0 * act + attn_per_tok);
+    std::printf("prefill %lld x %lld (%s, %lld tokens per forward): %.2f s = %.0f tokens/s; %.1f TFLOP (exact) -> %.1f TFLOP/s "
+                "= %.1f%% of peak\n",
+                static_cast<long long>(prompts), static_cast<long long>(prompt_len), replay ? "CED bounded replay" : "exact",
+                static_cast<long long>(chunk), t, tokens / t, flops / 1e12, flops / t / 1e12, 100.0 * flops / t / peak);
+  }
+  return 0;
+}

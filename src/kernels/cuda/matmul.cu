@@ -1,0 +1,71 @@
+// CUDA: the bf16 tensor-core path of matmul (activations rounded to bf16, weights in bf16 or
+// dequantised into bf16, float32 accumulation through cuBLAS), and seeded random fills.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_ops.h"
+
+namespace deepinfer::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+unsigned grid(int64_t n) { return static_cast<unsigned>(ceil_div(n, kThreads)); }
+
+__global__ void to_bf16_k(const float* x, int64_t m, int64_t k, int64_t ldx, __nv_bfloat16* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= m * k) return;
+  out[i] = __float2bfloat16_rn(x[(i / k) * ldx + i % k]);
+}
+
+__global__ void dequant_bf16_k(WeightView w, int64_t row0, int64_t n, __nv_bfloat16* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * w.cols) return;
+  out[i] = __float2bfloat16_rn(d_weight_at(w, row0 + i / w.cols, i % w.cols));
+}
+
+__device__ uint64_t d_splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// core::normal01 on the device: the same uniforms, Box-Muller in double.
+__global__ void fill_random_k(RandomFillArgs a) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= a.n) return;
+  const uint64_t s = d_splitmix64(a.seed), c = static_cast<uint64_t>(i);
+  double u1 = static_cast<double>(d_splitmix64(s ^ (2 * c)) >> 11) * (1.0 / 9007199254740992.0);
+  const double u2 = static_cast<double>(d_splitmix64(s ^ (2 * c + 1)) >> 11) * (1.0 / 9007199254740992.0);
+  if (u1 < 1e-300) u1 = 1e-300;
+  const float z = static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  const float v = a.mean == 0.0f ? __fmul_rn(a.std, z) : __fadd_rn(a.mean, __fmul_rn(a.std, z));
+  if (a.format == WeightFormat::kF32) static_cast<float*>(a.out)[i] = v;
+  else static_cast<__nv_bfloat16*>(a.out)[i] = __float2bfloat16_rn(v);
+}
+
+}  // namespace
+
+void to_bf16(const float* x, int64_t m, int64_t k, int64_t ldx, void* out, cudaStream_t s) {
+  if (m * k == 0) return;
+  to_bf16_k<<<grid(m * k), kThreads, 0, s>>>(x, m, k, ldx, static_cast<__nv_bfloat16*>(out));
+  DI_CUDA_LAUNCHED();
+}
+
+void dequant_bf16(const WeightView& w, int64_t row0, int64_t n, void* out, cudaStream_t s) {
+  if (n * w.cols == 0) return;
+  dequant_bf16_k<<<grid(n * w.cols), kThreads, 0, s>>>(w, row0, n, static_cast<__nv_bfloat16*>(out));
+  DI_CUDA_LAUNCHED();
+}
+
+void fill_random(const RandomFillArgs& a, cudaStream_t s) {
+  if (a.n == 0) return;
+  if (a.format != WeightFormat::kF32 && a.format != WeightFormat::kBF16) {
+    std::fprintf(stderr, "deepinfer: fill_random stores float32 or bf16\n");
+    std::abort();
+  }
+  fill_random_k<<<grid(a.n), kThreads, 0, s>>>(a);
+  DI_CUDA_LAUNCHED();
+}
+
+}  // namespace deepinfer::kernels::cuda
