@@ -3,13 +3,13 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, all; BENCH_ARGS are passed to bench/bench_device
+#   stages: test (default), bench, profile, all; BENCH_ARGS are passed to bench/bench_device
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/device-out}
 mkdir -p "$OUT"
 STAGES=${*:-test}
-[ "$STAGES" = all ] && STAGES="test bench"
+[ "$STAGES" = all ] && STAGES="test bench profile"
 R="$OUT/report.txt"
 {
   echo "== machine"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1; nproc; date -u
@@ -55,6 +55,11 @@ for stage in $STAGES; do
       echo "== model on the device: bench_device ${BENCH_ARGS:-}" >> "$R"
       # shellcheck disable=SC2086
       ./build/cuda/bench/bench_device ${BENCH_ARGS:-} >> "$R" 2>&1
+      ;;
+    profile)
+      echo "== per-op profile, decode at batch 1 (bench_device --device cuda-profile ${PROFILE_ARGS:-})" >> "$R"
+      # shellcheck disable=SC2086
+      ./build/cuda/bench/bench_device --device cuda-profile --batches 1 --prompts 0 --steps 10 ${PROFILE_ARGS:-} >> "$R" 2>&1
       ;;
   esac
 done

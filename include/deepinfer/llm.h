@@ -26,6 +26,7 @@ struct EngineConfig {
   uint64_t seed = 0;                       // engine seed: requests without their own seed derive from it
   std::string device = "cpu";              // "cpu", "cuda" or "cuda:N" (builds with DEEPINFER_CUDA=ON)
   std::string dtype = "float32";           // "float32" (exact reference math) or "bfloat16" (CUDA tensor cores)
+  bool batch_invariant = true;             // CUDA: fixed-shape matmul tiles (a request's bits do not depend on the batch)
   int threads = 0;                         // CPU compute threads; 0 = DEEPINFER_THREADS or every core
   int64_t max_num_batched_tokens = 2048;   // tokens per step (chunked prefill budget)
   int64_t max_num_seqs = 64;               // sequences running at once

@@ -55,7 +55,7 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   if (config.max_num_batched_tokens < 1) throw Error("EngineConfig.max_num_batched_tokens: must be >= 1");
   if (config.max_num_seqs < 1) throw Error("EngineConfig.max_num_seqs: must be >= 1");
   if (config.memory_fraction < 0 || config.memory_fraction > 1) throw Error("EngineConfig.memory_fraction: must be in [0, 1]");
-  impl_->backend = kernels::make_backend(config.device, config.threads, config.dtype);
+  impl_->backend = kernels::make_backend(config.device, config.threads, config.dtype, config.batch_invariant);
   impl_->lm = model::load_model(config.model, *impl_->backend,
                                 config.load_format == "random" ? model::LoadFormat::kRandom : model::LoadFormat::kAuto,
                                 config.seed);

@@ -17,7 +17,7 @@ namespace deepinfer::cli {
 
 namespace {
 
-const std::vector<std::string> kEngineFlags = {"model", "load-format", "seed", "device", "dtype", "threads", "max-num-batched-tokens",
+const std::vector<std::string> kEngineFlags = {"model", "load-format", "seed", "device", "dtype", "batch-invariant", "threads", "max-num-batched-tokens",
                                                "max-num-seqs", "memory-budget", "memory-fraction", "exact-prefill"};
 const std::vector<std::string> kSamplingFlags = {"max-tokens", "min-tokens", "temperature", "top-k", "top-p", "min-p",
                                                  "repetition-penalty", "presence-penalty", "frequency-penalty", "stop",
@@ -37,6 +37,7 @@ EngineConfig engine_config(std::map<std::string, std::string>& f) {
   if (f.count("seed")) c.seed = static_cast<uint64_t>(parse_int("seed", f["seed"]));
   if (f.count("device")) c.device = f["device"];
   if (f.count("dtype")) c.dtype = f["dtype"];
+  if (f.count("batch-invariant")) c.batch_invariant = parse_bool("batch-invariant", f["batch-invariant"]);
   if (f.count("threads")) c.threads = static_cast<int>(std::clamp<int64_t>(parse_int("threads", f["threads"]), 0, 1024));
   if (f.count("max-num-batched-tokens")) c.max_num_batched_tokens = parse_int("max-num-batched-tokens", f["max-num-batched-tokens"]);
   if (f.count("max-num-seqs")) c.max_num_seqs = parse_int("max-num-seqs", f["max-num-seqs"]);
@@ -82,7 +83,7 @@ constexpr const char* kSamplingHelp =
     "sampling: --max-tokens N --min-tokens N --temperature T --top-k K --top-p P --min-p P --n N\n"
     "          --repetition-penalty R --presence-penalty P --frequency-penalty F --stop TEXT\n"
     "          --stop-token-ids 1,2 --ignore-eos --request-seed S --logprobs N --skip-special-tokens B\n"
-    "engine:   --load-format auto|random --seed S --device cpu|cuda[:N] --dtype float32|bfloat16 --threads N --max-num-batched-tokens N --max-num-seqs N\n"
+    "engine:   --load-format auto|random --seed S --device cpu|cuda[:N] --dtype float32|bfloat16 --batch-invariant true|false --threads N --max-num-batched-tokens N --max-num-seqs N\n"
     "          --memory-budget BYTES --memory-fraction F --exact-prefill\n";
 
 double percentile(std::vector<double> v, double q) {

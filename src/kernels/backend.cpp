@@ -6,7 +6,7 @@
 namespace deepinfer::kernels {
 
 #ifndef DEEPINFER_HAS_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int, Precision) {
+std::unique_ptr<Backend> make_cuda_backend(int, Precision, bool) {
   throw Error("device 'cuda': this build has no CUDA backend (configure with -DDEEPINFER_CUDA=ON, preset 'cuda')");
 }
 bool cuda_built() { return false; }
@@ -14,7 +14,8 @@ bool cuda_built() { return false; }
 bool cuda_built() { return true; }
 #endif
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads, const std::string& dtype) {
+std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads, const std::string& dtype,
+                                      bool batch_invariant) {
   if (dtype != "float32" && dtype != "bfloat16")
     throw Error("dtype '" + dtype + "': expected float32 or bfloat16");
   const Precision p = dtype == "bfloat16" ? Precision::kBF16 : Precision::kFloat32;
@@ -22,14 +23,16 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads
     if (p != Precision::kFloat32) throw Error("dtype 'bfloat16' needs a cuda device (the CPU backend computes in float32)");
     return make_cpu_backend(cpu_threads);
   }
-  if (device == "cuda") return make_cuda_backend(0, p);
-  if (device == "cuda-check") return make_cross_check_backend(make_cuda_backend(0, p));
+  if (device == "cuda") return make_cuda_backend(0, p, batch_invariant);
+  if (device == "cuda-check") return make_cross_check_backend(make_cuda_backend(0, p, batch_invariant));
+  if (device == "cuda-profile") return make_profiling_backend(make_cuda_backend(0, p, batch_invariant));
+  if (device == "cpu-profile" && p == Precision::kFloat32) return make_profiling_backend(make_cpu_backend(cpu_threads));
   if (device.rfind("cuda:", 0) == 0) {
     const std::string idx = device.substr(5);
     if (!idx.empty() && idx.size() < 4 && idx.find_first_not_of("0123456789") == std::string::npos)
-      return make_cuda_backend(std::stoi(idx), p);
+      return make_cuda_backend(std::stoi(idx), p, batch_invariant);
   }
-  throw Error("device '" + device + "': expected cpu, cuda, cuda:N or cuda-check");
+  throw Error("device '" + device + "': expected cpu, cuda, cuda:N, cuda-check, cuda-profile or cpu-profile");
 }
 
 }  // namespace deepinfer::kernels

@@ -323,13 +323,20 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
 // The CUDA backend: every pointer it is given is a device pointer. One stream per backend;
 // ops are asynchronous until synchronize() or a download(). Without DEEPINFER_CUDA=ON at
 // build time this throws an Error saying so.
-std::unique_ptr<Backend> make_cuda_backend(int device = 0, Precision precision = Precision::kFloat32);
+// batch_invariant: every matmul as fixed-shape row tiles, so a row's result does not depend on
+// the batch (the default; false = cuBLAS on the whole product, faster for some shapes).
+std::unique_ptr<Backend> make_cuda_backend(int device = 0, Precision precision = Precision::kFloat32,
+                                           bool batch_invariant = true);
 // device "cpu", "cuda[:N]" or "cuda-check"; dtype "float32" or "bfloat16" (CUDA only). An
 // Error names a device or dtype that is not one of these.
-std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads = 0, const std::string& dtype = "float32");
+std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads = 0, const std::string& dtype = "float32",
+                                      bool batch_invariant = true);
 // Runs every op on `device`, replays the discrete ops (rounding, routing, selections) on the CPU
 // reference with the same inputs and reports disagreements on stderr ("cuda-check").
 std::unique_ptr<Backend> make_cross_check_backend(std::unique_ptr<Backend> device);
+// Times every op kind (synchronising after each) and prints the table when destroyed
+// ("cuda-profile", "cpu-profile").
+std::unique_ptr<Backend> make_profiling_backend(std::unique_ptr<Backend> device);
 // True when this build includes the CUDA backend.
 bool cuda_built();
 

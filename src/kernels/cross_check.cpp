@@ -1,8 +1,13 @@
-// A Backend that runs every op on a device backend and replays the discrete ones (rounding
-// to FP8/FP4, expert routing, candidate blocks, top-k) on the CPU reference with the same
-// inputs, reporting any disagreement on stderr. A debugging aid for kernel work
-// (`--device cuda-check`); it synchronises after every checked op.
+// Backend decorators for kernel work. CrossCheck runs every op on a device backend and replays
+// the discrete ones (rounding to FP8/FP4, expert routing, candidate blocks, top-k) on the CPU
+// reference with the same inputs, reporting any disagreement on stderr (`--device
+// cuda-check`). Profile times every op kind (`--device cuda-profile`, `cpu-profile`).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
 #include <cstring>
 #include <vector>
 
@@ -12,39 +17,88 @@ namespace deepinfer::kernels {
 
 namespace {
 
-class CrossCheck final : public Backend {
+// Forwards every op to `d_`, through around() (a hook for decorators).
+class Forwarding : public Backend {
  public:
-  CrossCheck(std::unique_ptr<Backend> dev, std::unique_ptr<Backend> cpu) : d_(std::move(dev)), c_(std::move(cpu)) {}
-  ~CrossCheck() override { std::fprintf(stderr, "cross-check: %lld checked ops, %lld disagreed\n", checked_, failed_); }
-  const char* name() const override { return "cuda-check"; }
-
+  explicit Forwarding(std::unique_ptr<Backend> dev) : d_(std::move(dev)) {}
   bool host_memory() const override { return d_->host_memory(); }
+  Precision precision() const override { return d_->precision(); }
   void* alloc(int64_t b) override { return d_->alloc(b); }
   void release(void* p) override { d_->release(p); }
-  void upload(void* dst, const void* src, int64_t b) override { d_->upload(dst, src, b); }
-  void download(void* dst, const void* src, int64_t b) override { d_->download(dst, src, b); }
-  void copy(void* dst, const void* src, int64_t b) override { d_->copy(dst, src, b); }
-  void zero(void* p, int64_t b) override { d_->zero(p, b); }
+  void upload(void* dst, const void* src, int64_t b) override { around("upload", [&] { d_->upload(dst, src, b); }); }
+  void download(void* dst, const void* src, int64_t b) override { around("download", [&] { d_->download(dst, src, b); }); }
+  void copy(void* dst, const void* src, int64_t b) override { around("copy", [&] { d_->copy(dst, src, b); }); }
+  void zero(void* p, int64_t b) override { around("zero", [&] { d_->zero(p, b); }); }
   void synchronize() override { d_->synchronize(); }
+#define DI_FORWARD(op, Args) \
+  void op(const Args& a) override { around(#op, [&] { d_->op(a); }); }
+  DI_FORWARD(matmul, MatmulArgs)
+  DI_FORWARD(rms_norm, RmsNormArgs)
+  DI_FORWARD(rope, RopeArgs)
+  DI_FORWARD(fake_quant, FakeQuantArgs)
+  DI_FORWARD(hc_mixes, HcMixesArgs)
+  DI_FORWARD(hc_collapse, HcCollapseArgs)
+  DI_FORWARD(hc_expand, HcExpandArgs)
+  DI_FORWARD(attention, AttentionArgs)
+  DI_FORWARD(compress_pool, CompressPoolArgs)
+  DI_FORWARD(indexer_scores, IndexerScoreArgs)
+  DI_FORWARD(candidate_blocks, CandidateBlocksArgs)
+  DI_FORWARD(topk_mask, TopkMaskArgs)
+  DI_FORWARD(router, RouterArgs)
+  DI_FORWARD(swiglu, SwigluArgs)
+  DI_FORWARD(engram_gate, EngramGateArgs)
+  DI_FORWARD(gather_weight_rows, GatherWeightRowsArgs)
+  DI_FORWARD(scale, ScaleArgs)
+  DI_FORWARD(gather_rows, GatherRowsArgs)
+  DI_FORWARD(moe_combine, MoeCombineArgs)
+  DI_FORWARD(dequant_packed, DequantPackedArgs)
+  DI_FORWARD(fill_random, RandomFillArgs)
+#undef DI_FORWARD
 
-  void matmul(const MatmulArgs& a) override { d_->matmul(a); }
-  void rms_norm(const RmsNormArgs& a) override { d_->rms_norm(a); }
-  void rope(const RopeArgs& a) override { d_->rope(a); }
-  void hc_mixes(const HcMixesArgs& a) override { d_->hc_mixes(a); }
-  void hc_collapse(const HcCollapseArgs& a) override { d_->hc_collapse(a); }
-  void hc_expand(const HcExpandArgs& a) override { d_->hc_expand(a); }
-  void attention(const AttentionArgs& a) override { d_->attention(a); }
-  void compress_pool(const CompressPoolArgs& a) override { d_->compress_pool(a); }
-  void indexer_scores(const IndexerScoreArgs& a) override { d_->indexer_scores(a); }
-  void swiglu(const SwigluArgs& a) override { d_->swiglu(a); }
-  void engram_gate(const EngramGateArgs& a) override { d_->engram_gate(a); }
-  void gather_weight_rows(const GatherWeightRowsArgs& a) override { d_->gather_weight_rows(a); }
-  void scale(const ScaleArgs& a) override { d_->scale(a); }
-  void gather_rows(const GatherRowsArgs& a) override { d_->gather_rows(a); }
-  void moe_combine(const MoeCombineArgs& a) override { d_->moe_combine(a); }
-  void dequant_packed(const DequantPackedArgs& a) override { d_->dequant_packed(a); }
-  void fill_random(const RandomFillArgs& a) override { d_->fill_random(a); }
-  Precision precision() const override { return d_->precision(); }
+ protected:
+  virtual void around(const char*, const std::function<void()>& f) { f(); }
+  std::unique_ptr<Backend> d_;
+};
+
+// Wall time per op kind, the device synchronised after each op (so launches do not overlap);
+// the table goes to stderr when the backend is destroyed.
+class Profile final : public Forwarding {
+ public:
+  using Forwarding::Forwarding;
+  ~Profile() override {
+    std::vector<std::pair<std::string, Stat>> v(stats_.begin(), stats_.end());
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.s > b.second.s; });
+    double total = 0;
+    for (const auto& [k, st] : v) total += st.s;
+    std::fprintf(stderr, "profile (%s, synchronised per op): %.3f s in %zu op kinds\n", d_->name(), total, v.size());
+    for (const auto& [k, st] : v)
+      std::fprintf(stderr, "  %-20s %9lld calls %10.3f ms %5.1f%%  %8.1f us/call\n", k.c_str(), st.n, st.s * 1e3,
+                   100.0 * st.s / total, st.s / static_cast<double>(st.n) * 1e6);
+  }
+  const char* name() const override { return "profile"; }
+
+ private:
+  struct Stat {
+    long long n = 0;
+    double s = 0;
+  };
+  void around(const char* op, const std::function<void()>& f) override {
+    d_->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    d_->synchronize();
+    Stat& st = stats_[op];
+    ++st.n;
+    st.s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::map<std::string, Stat> stats_;
+};
+
+class CrossCheck final : public Forwarding {
+ public:
+  CrossCheck(std::unique_ptr<Backend> dev, std::unique_ptr<Backend> cpu) : Forwarding(std::move(dev)), c_(std::move(cpu)) {}
+  ~CrossCheck() override { std::fprintf(stderr, "cross-check: %lld checked ops, %lld disagreed\n", checked_, failed_); }
+  const char* name() const override { return "cuda-check"; }
 
   void fake_quant(const FakeQuantArgs& a) override {
     const int64_t n = a.rows * a.dim;
@@ -124,11 +178,15 @@ class CrossCheck final : public Backend {
     std::fprintf(stderr, "cross-check: op #%lld %s: %lld of %lld outputs differ from the CPU reference\n", checked_, op,
                  static_cast<long long>(bad), static_cast<long long>(n));
   }
-  std::unique_ptr<Backend> d_, c_;
+  std::unique_ptr<Backend> c_;
   long long checked_ = 0, failed_ = 0;
 };
 
 }  // namespace
+
+std::unique_ptr<Backend> make_profiling_backend(std::unique_ptr<Backend> device) {
+  return std::make_unique<Profile>(std::move(device));
+}
 
 std::unique_ptr<Backend> make_cross_check_backend(std::unique_ptr<Backend> device) {
   return std::make_unique<CrossCheck>(std::move(device), make_cpu_backend(1));

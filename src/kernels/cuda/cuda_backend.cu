@@ -29,7 +29,7 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, Precision precision) : precision_(precision) {
+  CudaBackend(int device, Precision precision, bool invariant) : precision_(precision), invariant_(invariant) {
     DI_CUDA_CHECK(cudaSetDevice(device));
     DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DI_CUBLAS_CHECK(cublasCreate(&blas_));
@@ -112,25 +112,77 @@ class CudaBackend final : public Backend {
   Precision precision() const override { return precision_; }
   void fill_random(const RandomFillArgs& a) override { cuda::fill_random(a, stream_); }
 
+  // y = x · wᵀ through cuBLAS: float32 SGEMM (pedantic) or bf16 GemmEx on tensor cores.
+  // Batch-invariant mode runs every product as fixed-shape tiles of kTile rows (the last one
+  // zero-padded) from contiguous temporaries, so cuBLAS chooses the same kernel, and so the
+  // same reduction order, for a row whatever else is in the batch.
   void matmul(const MatmulArgs& a) override {
     if (a.m == 0 || a.n == 0) return;
-    if (precision_ == Precision::kBF16) return matmul_bf16(a);
+    const bool bf16 = precision_ == Precision::kBF16;
     const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
-    const float* w = a.w.f32();
-    float* tmp = nullptr;
-    if (w) {
-      w += a.w_row0 * a.k;
+    const int64_t esz = bf16 ? 2 : 4;
+    // Weights: used in place when stored as the math's type, else dequantised to a temporary.
+    const void* w = nullptr;
+    void* wtmp = nullptr;
+    if (!bf16 && a.w.format == WeightFormat::kF32) {
+      w = static_cast<const float*>(a.w.data) + a.w_row0 * a.k;
+    } else if (bf16 && a.w.format == WeightFormat::kBF16) {
+      w = static_cast<const uint16_t*>(a.w.data) + a.w_row0 * a.k;
     } else {
-      DI_CUDA_CHECK(cudaMallocAsync(&tmp, static_cast<size_t>(a.n * a.k) * sizeof(float), stream_));
-      cuda::dequant(a.w, a.w_row0, a.n, tmp, stream_);
-      w = tmp;
+      DI_CUDA_CHECK(cudaMallocAsync(&wtmp, static_cast<size_t>(a.n * a.k * esz), stream_));
+      if (bf16) cuda::dequant_bf16(a.w, a.w_row0, a.n, wtmp, stream_);
+      else cuda::dequant(a.w, a.w_row0, a.n, static_cast<float*>(wtmp), stream_);
+      w = wtmp;
+    }
+    const int64_t tile = invariant_ ? (bf16 ? kTileBf16 : kTileF32) : a.m;
+    const int64_t mp = (a.m + tile - 1) / tile * tile;
+    // Activations: bf16 always converts into a contiguous temporary; float32 copies only in
+    // invariant mode (padded, contiguous), else reads x in place.
+    const void* x = a.x;
+    int64_t ldxx = ldx;
+    void* xtmp = nullptr;
+    if (bf16 || invariant_) {
+      DI_CUDA_CHECK(cudaMallocAsync(&xtmp, static_cast<size_t>(mp * a.k * esz), stream_));
+      if (mp > a.m) DI_CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t*>(xtmp) + a.m * a.k * esz, 0,
+                                                  static_cast<size_t>((mp - a.m) * a.k * esz), stream_));
+      if (bf16) cuda::to_bf16(a.x, a.m, a.k, ldx, xtmp, stream_);
+      else DI_CUDA_CHECK(cudaMemcpy2DAsync(xtmp, static_cast<size_t>(a.k * 4), a.x, static_cast<size_t>(ldx * 4),
+                                           static_cast<size_t>(a.k * 4), static_cast<size_t>(a.m), cudaMemcpyDeviceToDevice,
+                                           stream_));
+      x = xtmp;
+      ldxx = a.k;
+    }
+    // Output: straight into y unless padded rows or a row stride need a temporary.
+    float* y = a.y;
+    int64_t ldyy = ldy;
+    float* ytmp = nullptr;
+    if (invariant_ && (mp > a.m || ldy != a.n)) {
+      DI_CUDA_CHECK(cudaMallocAsync(&ytmp, static_cast<size_t>(mp * a.n) * 4, stream_));
+      y = ytmp;
+      ldyy = a.n;
     }
     // Row-major y[m, n] = x[m, k] · w[n, k]ᵀ is column-major yᵀ = w · xᵀ.
     const float one = 1.0f, zero = 0.0f;
-    DI_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(a.m),
-                                static_cast<int>(a.k), &one, w, static_cast<int>(a.k), a.x, static_cast<int>(ldx), &zero, a.y,
-                                static_cast<int>(ldy)));
-    if (tmp) DI_CUDA_CHECK(cudaFreeAsync(tmp, stream_));
+    for (int64_t r0 = 0; r0 < mp; r0 += tile) {
+      const void* xr = static_cast<const uint8_t*>(x) + r0 * ldxx * esz;
+      float* yr = y + r0 * ldyy;
+      if (bf16)
+        DI_CUBLAS_CHECK(cublasGemmEx(blas_tc_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(tile),
+                                     static_cast<int>(a.k), &one, w, CUDA_R_16BF, static_cast<int>(a.k), xr, CUDA_R_16BF,
+                                     static_cast<int>(ldxx), &zero, yr, CUDA_R_32F, static_cast<int>(ldyy),
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      else
+        DI_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(tile),
+                                    static_cast<int>(a.k), &one, static_cast<const float*>(w), static_cast<int>(a.k),
+                                    static_cast<const float*>(xr), static_cast<int>(ldxx), &zero, yr, static_cast<int>(ldyy)));
+    }
+    if (ytmp) {
+      DI_CUDA_CHECK(cudaMemcpy2DAsync(a.y, static_cast<size_t>(ldy * 4), ytmp, static_cast<size_t>(a.n * 4),
+                                      static_cast<size_t>(a.n * 4), static_cast<size_t>(a.m), cudaMemcpyDeviceToDevice, stream_));
+      DI_CUDA_CHECK(cudaFreeAsync(ytmp, stream_));
+    }
+    if (xtmp) DI_CUDA_CHECK(cudaFreeAsync(xtmp, stream_));
+    if (wtmp) DI_CUDA_CHECK(cudaFreeAsync(wtmp, stream_));
   }
   void rms_norm(const RmsNormArgs& a) override { cuda::rms_norm(a, stream_); }
   void rope(const RopeArgs& a) override { cuda::rope(a, stream_); }
@@ -152,31 +204,9 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // bf16 weights (or any format dequantised into a bf16 temporary) times x rounded to bf16,
-  // float32 accumulation and output, on tensor cores.
-  void matmul_bf16(const MatmulArgs& a) {
-    const int64_t ldy = a.ldy ? a.ldy : a.n;
-    const void* w = nullptr;
-    void* wtmp = nullptr;
-    if (a.w.format == WeightFormat::kBF16) {
-      w = static_cast<const uint16_t*>(a.w.data) + a.w_row0 * a.k;
-    } else {
-      DI_CUDA_CHECK(cudaMallocAsync(&wtmp, static_cast<size_t>(a.n * a.k) * 2, stream_));
-      cuda::dequant_bf16(a.w, a.w_row0, a.n, wtmp, stream_);
-      w = wtmp;
-    }
-    void* xb = nullptr;
-    DI_CUDA_CHECK(cudaMallocAsync(&xb, static_cast<size_t>(a.m * a.k) * 2, stream_));
-    cuda::to_bf16(a.x, a.m, a.k, a.ldx ? a.ldx : a.k, xb, stream_);
-    const float one = 1.0f, zero = 0.0f;
-    DI_CUBLAS_CHECK(cublasGemmEx(blas_tc_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(a.m),
-                                 static_cast<int>(a.k), &one, w, CUDA_R_16BF, static_cast<int>(a.k), xb, CUDA_R_16BF,
-                                 static_cast<int>(a.k), &zero, a.y, CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT));
-    DI_CUDA_CHECK(cudaFreeAsync(xb, stream_));
-    if (wtmp) DI_CUDA_CHECK(cudaFreeAsync(wtmp, stream_));
-  }
-
+  // Rows per cuBLAS call in batch-invariant mode: bf16 tiles large enough that prefill stays
+  // compute-bound, float32 tiles small enough that decode is not.
+  static constexpr int64_t kTileBf16 = 256, kTileF32 = 64;
   static constexpr size_t kStagingInitial = size_t{8} << 20;  // 8 MiB, grown on demand
   static void check_size(int64_t bytes, const char* what) {
     if (bytes < 0) {
@@ -188,14 +218,15 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr, blas_tc_ = nullptr;
   Precision precision_ = Precision::kFloat32;
+  bool invariant_ = true;
   uint8_t* staging_ = nullptr;  // pinned host ring for uploads
   size_t staging_cap_ = 0, staging_off_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, Precision precision) {
-  return std::make_unique<CudaBackend>(device, precision);
+std::unique_ptr<Backend> make_cuda_backend(int device, Precision precision, bool batch_invariant) {
+  return std::make_unique<CudaBackend>(device, precision, batch_invariant);
 }
 
 }  // namespace deepinfer::kernels
