@@ -19,14 +19,11 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads
   if (dtype != "float32" && dtype != "bfloat16")
     throw Error("dtype '" + dtype + "': expected float32 or bfloat16");
   const Precision p = dtype == "bfloat16" ? Precision::kBF16 : Precision::kFloat32;
-  if (device == "cpu") {
-    if (p != Precision::kFloat32) throw Error("dtype 'bfloat16' needs a cuda device (the CPU backend computes in float32)");
-    return make_cpu_backend(cpu_threads);
-  }
+  if (device == "cpu") return make_cpu_backend(cpu_threads, p);
   if (device == "cuda") return make_cuda_backend(0, p, batch_invariant);
   if (device == "cuda-check") return make_cross_check_backend(make_cuda_backend(0, p, batch_invariant));
   if (device == "cuda-profile") return make_profiling_backend(make_cuda_backend(0, p, batch_invariant));
-  if (device == "cpu-profile" && p == Precision::kFloat32) return make_profiling_backend(make_cpu_backend(cpu_threads));
+  if (device == "cpu-profile") return make_profiling_backend(make_cpu_backend(cpu_threads, p));
   if (device.rfind("cuda:", 0) == 0) {
     const std::string idx = device.substr(5);
     if (!idx.empty() && idx.size() < 4 && idx.find_first_not_of("0123456789") == std::string::npos)

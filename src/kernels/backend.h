@@ -269,10 +269,10 @@ struct RandomFillArgs {
   float mean = 0.0f, std = 1.0f;
 };
 
-// How a device multiplies matrices: kFloat32 = every weight dequantised exactly and float32
+// How a backend multiplies matrices: kFloat32 = every weight dequantised exactly and float32
 // math (the reference path); kBF16 = activations rounded to bf16 and weights in bf16
 // (quantised ones dequantised into bf16, which is exact for FP8/FP4 codes with power-of-two
-// scales) on tensor cores with float32 accumulation.
+// scales), float32 accumulation: tensor cores on CUDA, emulated on the CPU.
 enum class Precision : uint8_t { kFloat32, kBF16 };
 
 class Backend {
@@ -319,7 +319,8 @@ class Backend {
 };
 
 // The CPU reference backend; n_threads <= 0 picks DEEPINFER_THREADS or the core count.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+// Precision::kBF16 emulates the CUDA bf16 path (x and weights rounded to bf16, float32 math).
+std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0, Precision precision = Precision::kFloat32);
 // The CUDA backend: every pointer it is given is a device pointer. One stream per backend;
 // ops are asynchronous until synchronize() or a download(). Without DEEPINFER_CUDA=ON at
 // build time this throws an Error saying so.

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
+#include "core/dtype.h"
 #include "kernels/backend.h"
 
 using namespace deepinfer;
@@ -206,4 +208,20 @@ TEST(Ops, SwigluClamps) {
   be->swiglu({.gate = g.data(), .up = u.data(), .weight = wt.data(), .out = out.data(), .rows = 1, .inter = 2, .limit = 10.0f});
   EXPECT_NEAR(out[0], 2.0 * (10.0 / (1.0 + std::exp(-10.0))) * 10.0, 1e-4);  // gate clamped above, up to 10
   EXPECT_NEAR(out[1], 2.0 * (-3.0 / (1.0 + std::exp(3.0))) * -10.0, 1e-4);   // no lower gate clamp
+}
+
+TEST(Ops, Bf16EmulationRoundsInputsAndWeights) {
+  // The CPU's bf16 precision is the float32 product of the bf16-rounded operands, bitwise.
+  auto be16 = kernels::make_cpu_backend(2, kernels::Precision::kBF16);
+  auto be32 = kernels::make_cpu_backend(2);
+  const int64_t m = 5, n = 7, k = 40;
+  std::vector<float> x(m * k), w(n * k), xr(x.size()), wr(w.size());
+  for (size_t i = 0; i < x.size(); ++i) xr[i] = core::bf16_to_f32(core::f32_to_bf16(x[i] = std::sin(1.3f * static_cast<float>(i)) * 3.1f));
+  for (size_t i = 0; i < w.size(); ++i) wr[i] = core::bf16_to_f32(core::f32_to_bf16(w[i] = std::cos(0.7f * static_cast<float>(i)) * 0.37f));
+  std::vector<float> a(m * n), b(m * n);
+  be16->matmul({.x = x.data(), .w = kernels::WeightView::f32(w.data(), n, k), .y = a.data(), .m = m, .n = n, .k = k});
+  be32->matmul({.x = xr.data(), .w = kernels::WeightView::f32(wr.data(), n, k), .y = b.data(), .m = m, .n = n, .k = k});
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  be32->matmul({.x = x.data(), .w = kernels::WeightView::f32(w.data(), n, k), .y = b.data(), .m = m, .n = n, .k = k});
+  EXPECT_NE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);  // the rounding is real
 }

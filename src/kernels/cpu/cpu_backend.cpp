@@ -3,6 +3,9 @@
 #include <memory>
 #include <new>
 
+#include <vector>
+
+#include "core/dtype.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace deepinfer::kernels {
@@ -11,9 +14,33 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads) : pool_(n_threads) {}
+  CpuBackend(int n_threads, Precision precision) : pool_(n_threads), precision_(precision) {}
   const char* name() const override { return "cpu"; }
-  void matmul(const MatmulArgs& a) override { cpu::matmul(pool_, a); }
+  Precision precision() const override { return precision_; }
+  void matmul(const MatmulArgs& a) override {
+    if (precision_ == Precision::kFloat32) return cpu::matmul(pool_, a);
+    // bf16 emulation (what the CUDA tensor-core path computes, in float32 here): x and the
+    // used weight rows rounded to bf16 first.
+    const int64_t ldx = a.ldx ? a.ldx : a.k;
+    std::vector<float> x(static_cast<size_t>(a.m * a.k));
+    for (int64_t r = 0; r < a.m; ++r)
+      for (int64_t c = 0; c < a.k; ++c) x[r * a.k + c] = core::bf16_to_f32(core::f32_to_bf16(a.x[r * ldx + c]));
+    MatmulArgs b = a;
+    b.x = x.data();
+    b.ldx = a.k;
+    std::vector<uint16_t> w;
+    if (a.w.format != WeightFormat::kBF16) {
+      w.resize(static_cast<size_t>(a.n * a.k));
+      std::vector<float> row(static_cast<size_t>(a.k));
+      for (int64_t n = 0; n < a.n; ++n) {
+        dequant_row(a.w, a.w_row0 + n, row.data());
+        for (int64_t c = 0; c < a.k; ++c) w[n * a.k + c] = core::f32_to_bf16(row[c]);
+      }
+      b.w = {WeightFormat::kBF16, w.data(), nullptr, a.n, a.k};
+      b.w_row0 = 0;
+    }
+    cpu::matmul(pool_, b);
+  }
   void rms_norm(const RmsNormArgs& a) override { cpu::rms_norm(pool_, a); }
   void rope(const RopeArgs& a) override { cpu::rope(pool_, a); }
   void fake_quant(const FakeQuantArgs& a) override { cpu::fake_quant(pool_, a); }
@@ -52,10 +79,13 @@ class CpuBackend final : public Backend {
 
  private:
   core::ThreadPool pool_;
+  Precision precision_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, Precision precision) {
+  return std::make_unique<CpuBackend>(n_threads, precision);
+}
 
 }  // namespace deepinfer::kernels

@@ -99,22 +99,49 @@ __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
   out[i] = d_weight_at(w, row0 + i / w.cols, i % w.cols);
 }
 
-// One block per row: the 24 mix projections by block reductions, then Sinkhorn in thread 0.
-__global__ void hc_mixes_k(HcMixesArgs a) {
-  const int64_t r = blockIdx.x, hc = a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
+// mHC mixes in two kernels. hc_mix_partial_k: block (row, slice) reduces one of kMixSlices
+// fixed slices of the flattened row: Σx² and the nmix dot products with fn (the slice count
+// never depends on the batch, so neither does any row's result). hc_mixes_k: per row, the
+// slices summed in order, then the scales, sigmoids, softmax and Sinkhorn in thread 0.
+constexpr int kMixSlices = 16, kMaxMix = 32;
+
+__global__ void hc_mix_partial_k(HcMixesArgs a, float* part) {
+  const int64_t r = blockIdx.x, slice = blockIdx.y, hc = a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
+  const int64_t len = (width + kMixSlices - 1) / kMixSlices, i0 = slice * len, i1 = min(width, i0 + len);
   const float* x = a.x + r * width;
-  __shared__ float m[64];
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += x[i] * x[i];
-  ss = block_sum(ss);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(width) + a.norm_eps);
-  for (int64_t j = 0; j < nmix; ++j) {
-    float d = 0.0f;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) d += x[i] * a.fn[j * width + i];
-    d = block_sum(d);
-    if (threadIdx.x == 0) m[j] = d * inv;
+  float acc[kMaxMix + 1];
+  for (int j = 0; j <= kMaxMix; ++j) acc[j] = 0.0f;
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+    const float v = x[i];
+    acc[0] += v * v;
+    for (int64_t j = 0; j < nmix; ++j) acc[j + 1] += v * a.fn[j * width + i];
   }
+  __shared__ float red[kMaxMix + 1][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int64_t j = 0; j <= nmix; ++j) {
+    const float v = warp_sum(acc[j]);
+    if (lane == 0) red[j][warp] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x <= nmix) {
+    float t = 0.0f;
+    for (int w = 0; w < warps; ++w) t += red[threadIdx.x][w];
+    part[(r * kMixSlices + slice) * (kMaxMix + 1) + threadIdx.x] = t;
+  }
+}
+
+__global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
+  const int64_t r = blockIdx.x, hc = a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
   if (threadIdx.x != 0) return;
+  float m[kMaxMix], ss = 0.0f;
+  for (int64_t j = 0; j < nmix; ++j) m[j] = 0.0f;
+  for (int sl = 0; sl < kMixSlices; ++sl) {
+    const float* p = part + (r * kMixSlices + sl) * (kMaxMix + 1);
+    ss += p[0];
+    for (int64_t j = 0; j < nmix; ++j) m[j] += p[j + 1];
+  }
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(width) + a.norm_eps);
+  for (int64_t j = 0; j < nmix; ++j) m[j] *= inv;
   auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
   for (int64_t k = 0; k < hc; ++k) {
     a.pre[r * hc + k] = sig(m[k] * a.scale[0] + a.base[k]) + a.hc_eps;
@@ -230,8 +257,17 @@ void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStrea
 }
 void hc_mixes(const HcMixesArgs& a, cudaStream_t s) {
   if (a.rows == 0) return;
-  hc_mixes_k<<<static_cast<unsigned>(a.rows), kThreads, 0, s>>>(a);
+  if ((2 + a.hc) * a.hc > kMaxMix) {
+    std::fprintf(stderr, "deepinfer: hc_mixes supports at most %d mixes\n", kMaxMix);
+    std::abort();
+  }
+  float* part = nullptr;
+  DI_CUDA_CHECK(cudaMallocAsync(&part, static_cast<size_t>(a.rows * kMixSlices * (kMaxMix + 1)) * sizeof(float), s));
+  hc_mix_partial_k<<<dim3(static_cast<unsigned>(a.rows), kMixSlices), kThreads, 0, s>>>(a, part);
   DI_CUDA_LAUNCHED();
+  hc_mixes_k<<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
+  DI_CUDA_LAUNCHED();
+  DI_CUDA_CHECK(cudaFreeAsync(part, s));
 }
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s) {
   if (a.rows * a.dim == 0) return;
