@@ -1,11 +1,13 @@
 // CUDA kernel lab: achieved GB/s and TFLOP/s of the CUDA backend's ops at V4.1-Flash shapes,
 // next to the limits measured on the H200 machines (4.26 TB/s copy bandwidth; the fp32 SIMT
 // rate is ~67 TFLOP/s by the datasheet, bf16 tensor cores ~790 TFLOP/s measured). First
-// versions of the kernels: the numbers are the baseline later work is measured against.
+// versions of the kernels: the numbers are the baseline later work is measured against; the
+// attention, indexer and selection kernels are printed next to their first versions.
 // Built with DEEPINFER_CUDA=ON; run on the device machine.
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <vector>
@@ -37,6 +39,13 @@ double time_ms(Backend& be, const std::function<void()>& f, int reps = 20) {
   float ms = 0;
   cudaEventElapsedTime(&ms, a, b);
   return ms / static_cast<float>(reps);
+}
+// The first versions of the kernels (DEEPINFER_CUDA_LEGACY=1 selects them), timed the same way.
+double legacy_ms(Backend& be, const std::function<void()>& f, int reps) {
+  setenv("DEEPINFER_CUDA_LEGACY", "1", 1);
+  const double ms = time_ms(be, f, reps);
+  unsetenv("DEEPINFER_CUDA_LEGACY");
+  return ms;
 }
 constexpr double kBw = 4.26e12, kFp32 = 67e12;
 }  // namespace
@@ -75,9 +84,13 @@ int main() {
     std::printf("rms_norm [%lld x %lld]: %.3f ms, %.0f GB/s (%.0f%% of bandwidth)\n", static_cast<long long>(R),
                 static_cast<long long>(D), ms, bytes / ms / 1e6, 100 * bytes / ms * 1e3 / kBw);
   }
-  // Attention: 64 heads x 512, 128-entry window + 512 selected compressed entries.
-  for (int64_t S : {8, 256}) {
-    const int64_t H = 64, hd = 512, tw = 128 + S, tc = 4096;
+  // Attention: 64 heads x 512, 128-entry window + 512 of 2048 compressed entries selected per
+  // query (prefill: the window holds the chunk's entries after 128 cached ones). New kernel
+  // (a CTA per query and 32 heads, entry tiles in shared memory) next to the first version
+  // (a warp per (query, head); DEEPINFER_CUDA_LEGACY=1), run in the same process.
+  std::printf("attention: first-version figures recorded before: S=8 1.226 ms, S=256 6.671 ms (t_comp 4096)\n");
+  for (int64_t S : {1, 8, 256, 4096}) {
+    const int64_t H = 64, hd = 512, tw = 128 + S, tc = 2048;
     float* q = dalloc<float>(static_cast<size_t>(S * H * hd), 0.01f);
     float* win = dalloc<float>(static_cast<size_t>(tw * hd), 0.01f);
     float* comp = dalloc<float>(static_cast<size_t>(tc * hd), 0.01f);
@@ -88,7 +101,7 @@ int main() {
     for (int64_t i = 0; i < S; ++i) hq[static_cast<size_t>(i)] = tw - S + i;
     std::vector<uint8_t> hs(static_cast<size_t>(S * tc), 0);
     for (int64_t s = 0; s < S; ++s)
-      for (int64_t j = 0; j < 512; ++j) hs[static_cast<size_t>(s * tc + j * 8)] = 1;
+      for (int64_t j = 0; j < 512; ++j) hs[static_cast<size_t>(s * tc + j * 4)] = 1;
     int64_t *wp, *qp;
     uint8_t* sel;
     cudaMalloc(&wp, hp.size() * 8);
@@ -97,14 +110,87 @@ int main() {
     cudaMemcpy(wp, hp.data(), hp.size() * 8, cudaMemcpyHostToDevice);
     cudaMemcpy(qp, hq.data(), hq.size() * 8, cudaMemcpyHostToDevice);
     cudaMemcpy(sel, hs.data(), hs.size(), cudaMemcpyHostToDevice);
-    const double ms = time_ms(*be, [&] {
+    auto run = [&] {
       be->attention({.q = q, .q_pos = qp, .win = win, .win_pos = wp, .comp = comp, .comp_sel = sel, .sink = sink, .out = out, .s = S,
                      .heads = H, .head_dim = hd, .t_win = tw, .t_comp = tc, .window = 128, .scale = 0.044f});
-    }, 5);
+    };
     const double flops = 4.0 * static_cast<double>(S * H * (128 + 512) * hd);
     const double bytes = static_cast<double>(S * (128 + 512) * hd * 4 + 2 * S * H * hd * 4);
-    std::printf("attention S=%lld (64 x 512, 128 window + 512 selected): %.3f ms, %.2f TFLOP/s (%.0f%% of fp32), %.0f GB/s\n",
-                static_cast<long long>(S), ms, flops / ms / 1e9, 100 * flops / ms * 1e3 / kFp32, bytes / ms / 1e6);
+    const double ms = time_ms(*be, run, S >= 256 ? 10 : 50);
+    const double old_ms = legacy_ms(*be, run, S >= 4096 ? 1 : 3);
+    std::printf("attention S=%-4lld (64 x 512, 128 window + 512 selected): %8.3f ms, %6.2f TFLOP/s (%2.0f%% of fp32), %5.0f GB/s | first "
+                "version %8.3f ms, %5.2f TFLOP/s | %5.1fx\n",
+                static_cast<long long>(S), ms, flops / ms / 1e9, 100 * flops / ms * 1e3 / kFp32, bytes / ms / 1e6, old_ms,
+                flops / old_ms / 1e9, old_ms / ms);
+    for (void* p : {static_cast<void*>(q), static_cast<void*>(win), static_cast<void*>(comp), static_cast<void*>(sink),
+                    static_cast<void*>(out), static_cast<void*>(wp), static_cast<void*>(qp), static_cast<void*>(sel)})
+      cudaFree(p);
+  }
+  // Indexer scores s=4096 x t=2048, 32 heads x 128: all visible (dense), then causal (ratio 2).
+  {
+    const int64_t S = 4096, T = 2048, H = 32, dim = 128;
+    float* q = dalloc<float>(static_cast<size_t>(S * H * dim), 0.01f);
+    float* k = dalloc<float>(static_cast<size_t>(T * dim), 0.01f);
+    float* w = dalloc<float>(static_cast<size_t>(S * H), 0.5f);
+    float* sc = dalloc<float>(static_cast<size_t>(S * T), 0.0f);
+    int64_t* qp;
+    cudaMalloc(&qp, static_cast<size_t>(S) * 8);
+    for (int causal = 0; causal < 2; ++causal) {
+      std::vector<int64_t> hq(static_cast<size_t>(S));
+      for (int64_t i = 0; i < S; ++i) hq[static_cast<size_t>(i)] = causal ? i : T + i;
+      cudaMemcpy(qp, hq.data(), hq.size() * 8, cudaMemcpyHostToDevice);
+      const int64_t ratio = causal ? 2 : 1;
+      auto run = [&] {
+        be->indexer_scores({.q = q, .k = k, .w = w, .q_pos = qp, .scores = sc, .s = S, .heads = H, .dim = dim, .t = T, .ratio = ratio,
+                            .score_scale = 0.088f});
+      };
+      const double flops = 2.0 * static_cast<double>(S) * static_cast<double>(T) * static_cast<double>(H * dim) * (causal ? 0.5 : 1.0);
+      const double ms = time_ms(*be, run, 10), old_ms = legacy_ms(*be, run, 1);
+      std::printf("indexer_scores s=%lld t=%lld (32 x 128) %s: %7.3f ms, %6.2f TFLOP/s (%2.0f%% of fp32) | first version %8.3f ms, "
+                  "%5.2f TFLOP/s | %5.1fx\n",
+                  static_cast<long long>(S), static_cast<long long>(T), causal ? "causal " : "dense  ", ms, flops / ms / 1e9,
+                  100 * flops / ms * 1e3 / kFp32, old_ms, flops / old_ms / 1e9, old_ms / ms);
+    }
+    for (void* p : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(w), static_cast<void*>(sc), static_cast<void*>(qp)})
+      cudaFree(p);
+  }
+  // Selections on [4096 x 2048] scores: top-512 (with and without a restriction mask), and
+  // candidate blocks (256 blocks of 8, keep 64).
+  {
+    const int64_t S = 4096, T = 2048;
+    std::vector<float> hs(static_cast<size_t>(S * T));
+    uint32_t x = 12345;
+    for (auto& v : hs) {
+      x = x * 1664525u + 1013904223u;
+      v = static_cast<float>(x >> 8) * 0x1p-24f;
+    }
+    float* sc;
+    cudaMalloc(&sc, hs.size() * 4);
+    cudaMemcpy(sc, hs.data(), hs.size() * 4, cudaMemcpyHostToDevice);
+    uint8_t* rs = dalloc<uint8_t>(static_cast<size_t>(S * T), 1);
+    uint8_t* sel = dalloc<uint8_t>(static_cast<size_t>(S * T), 0);
+    std::vector<int64_t> hq(static_cast<size_t>(S));
+    for (int64_t i = 0; i < S; ++i) hq[static_cast<size_t>(i)] = 4 * T - 1;
+    int64_t* qp;
+    cudaMalloc(&qp, hq.size() * 8);
+    cudaMemcpy(qp, hq.data(), hq.size() * 8, cudaMemcpyHostToDevice);
+    for (int restrict = 0; restrict < 2; ++restrict) {
+      auto run = [&] { be->topk_mask({.scores = sc, .restrict_to = restrict ? rs : nullptr, .selected = sel, .s = S, .t = T, .k = 512}); };
+      const double bytes = static_cast<double>(S * T * (4 + 1 + restrict));
+      const double ms = time_ms(*be, run, 10), old_ms = legacy_ms(*be, run, 1);
+      std::printf("topk_mask [%lld x %lld] k=512 %s: %7.3f ms, %5.0f GB/s | first version %9.3f ms | %6.1fx\n", static_cast<long long>(S),
+                  static_cast<long long>(T), restrict ? "restricted" : "plain     ", ms, bytes / ms / 1e6, old_ms, old_ms / ms);
+    }
+    {
+      auto run = [&] {
+        be->candidate_blocks({.scores = sc, .q_pos = qp, .keep = sel, .s = S, .t = T, .ratio = 4, .block_size = 8, .topk_blocks = 64});
+      };
+      const double bytes = static_cast<double>(S * T * (4 + 1));
+      const double ms = time_ms(*be, run, 10), old_ms = legacy_ms(*be, run, 1);
+      std::printf("candidate_blocks [%lld x %lld] 256 blocks of 8, keep 64: %7.3f ms, %5.0f GB/s | first version %9.3f ms | %6.1fx\n",
+                  static_cast<long long>(S), static_cast<long long>(T), ms, bytes / ms / 1e6, old_ms, old_ms / ms);
+    }
+    for (void* p : {static_cast<void*>(sc), static_cast<void*>(rs), static_cast<void*>(sel), static_cast<void*>(qp)}) cudaFree(p);
   }
   return 0;
 }

@@ -574,6 +574,216 @@ TEST(CudaMemory, RoundTrip) {
   gpu->synchronize();
 }
 
+// ---- Prefill shapes of the three tiled / block-per-row kernels (attention, indexer scores,
+// top-k selections), with the fixture shapes and ragged ones next to them. ----
+
+// Max |a - b| over the finite entries of a, relative to the largest finite |a|; infinite
+// entries must match exactly (else +inf).
+double finite_rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0, d = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(a[i]) || std::isinf(b[i]) || std::isnan(a[i]) || std::isnan(b[i])) {
+      if (!(a[i] == b[i])) return INFINITY;
+      continue;
+    }
+    m = std::max(m, static_cast<double>(std::fabs(a[i])));
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return m > 0 ? d / m : d;
+}
+
+// Byte-for-byte equality of two selections [rows, n]; names the first difference.
+::testing::AssertionResult same_selection(const std::vector<uint8_t>& cpu, const std::vector<uint8_t>& gpu, int64_t n) {
+  if (cpu.size() != gpu.size()) return ::testing::AssertionFailure() << "sizes " << cpu.size() << " vs " << gpu.size();
+  size_t diffs = 0, first = 0;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    if (cpu[i] != gpu[i] && diffs++ == 0) first = i;
+  if (!diffs) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << diffs << " differences, first at row " << first / static_cast<size_t>(n) << " col "
+                                       << first % static_cast<size_t>(n) << ": cpu " << int{cpu[first]} << " gpu " << int{gpu[first]};
+}
+
+// One attention call on both backends. Queries at positions p0 .. p0+S-1 (query 0 moved before
+// every entry when `blind_first`); window entries: `cached` before the chunk plus the chunk's
+// own, in shuffled (ring) order, plus `stale` old ones nobody sees; `n_sel` random compressed
+// entries of t_comp selected per query (none for the last query).
+void check_attention(Backends& b, int64_t S, int64_t H, int64_t hd, int64_t window, int64_t cached, int64_t stale,
+                     int64_t t_comp, int64_t n_sel, bool blind_first, uint32_t seed, const std::string& what) {
+  std::mt19937 g(seed);
+  const int64_t p0 = 5000, tw = cached + S + stale;
+  std::vector<int64_t> qpos(static_cast<size_t>(S)), wpos(static_cast<size_t>(tw));
+  for (int64_t i = 0; i < S; ++i) qpos[static_cast<size_t>(i)] = p0 + i;
+  if (blind_first) qpos[0] = p0 - cached - window - stale - 1000;
+  for (int64_t i = 0; i < cached + S; ++i) wpos[static_cast<size_t>(i)] = p0 - cached + i;
+  for (int64_t i = 0; i < stale; ++i) wpos[static_cast<size_t>(cached + S + i)] = p0 - cached - window - 1 - i;
+  std::shuffle(wpos.begin(), wpos.end(), g);
+  auto q = randn(static_cast<size_t>(S * H * hd), seed + 1, 1.5f), win = randn(static_cast<size_t>(tw * hd), seed + 2),
+       comp = randn(static_cast<size_t>(std::max<int64_t>(t_comp, 1) * hd), seed + 3), sink = randn(static_cast<size_t>(H), seed + 4);
+  std::vector<uint8_t> sel(static_cast<size_t>(S * std::max<int64_t>(t_comp, 1)), 0);
+  std::vector<int64_t> perm(static_cast<size_t>(t_comp));
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t s = 0; s < S; ++s) {
+    if ((blind_first && s == 0) || (S > 1 && s == S - 1)) continue;
+    std::shuffle(perm.begin(), perm.end(), g);
+    for (int64_t j = 0; j < std::min(n_sel, t_comp); ++j) sel[static_cast<size_t>(s * t_comp + perm[static_cast<size_t>(j)])] = 1;
+  }
+  const bool with_comp = t_comp > 0;
+  const float sc = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> out(q.size());
+  b.cpu->attention({.q = q.data(), .q_pos = qpos.data(), .win = win.data(), .win_pos = wpos.data(), .comp = with_comp ? comp.data() : nullptr,
+                    .comp_sel = with_comp ? sel.data() : nullptr, .sink = sink.data(), .out = out.data(), .s = S, .heads = H,
+                    .head_dim = hd, .t_win = tw, .t_comp = t_comp, .window = window, .scale = sc});
+  Dev<float> dq(q), dwin(win), dcomp(comp), dsink(sink), dout(std::vector<float>(out.size(), NAN));
+  Dev<int64_t> dqpos(qpos), dwpos(wpos);
+  Dev<uint8_t> dsel(sel);
+  b.gpu->attention({.q = dq.p, .q_pos = dqpos.p, .win = dwin.p, .win_pos = dwpos.p, .comp = with_comp ? dcomp.p : nullptr,
+                    .comp_sel = with_comp ? dsel.p : nullptr, .sink = dsink.p, .out = dout.p, .s = S, .heads = H, .head_dim = hd,
+                    .t_win = tw, .t_comp = t_comp, .window = window, .scale = sc});
+  b.gpu->synchronize();
+  const auto got = dout.get();
+  const double e = rel_err(out, got);
+  EXPECT_LT(e, 1e-5) << what;
+  std::printf("attention %-44s rel err %.2e\n", what.c_str(), e);
+  if (blind_first) {  // the query that sees nothing: only the sink, a zero output
+    for (int64_t i = 0; i < H * hd; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], 0.0f) << what;
+  }
+}
+
+TEST(CudaPrefill, AttentionReleasedShapes) {
+  Backends b;
+  // 64 heads x 512, window 128, 512 of 2048 compressed entries selected per query.
+  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 (split in 2)");
+  check_attention(b, 300, 64, 512, 128, 127, 50, 2048, 512, false, 108, "S=300 64x512 (one CTA per query and 32 heads)");
+  check_attention(b, 8, 64, 512, 128, 127, 50, 2048, 512, true, 101, "S=8 64x512 (split over the entries)");
+  check_attention(b, 1, 64, 512, 128, 127, 0, 2048, 512, false, 102, "S=1 64x512 (split)");
+  check_attention(b, 200, 64, 512, 128, 127, 9, 0, 0, false, 103, "S=200 64x512 window only");
+  check_attention(b, 8, 64, 512, 128, 40, 3, 700, 700, true, 104, "S=8 64x512 short cache, all selected");
+  check_attention(b, 3, 64, 512, 4096, 4000, 0, 300, 120, false, 105, "S=3 64x512 window 4096 (split)");
+  check_attention(b, 280, 8, 512, 4096, 4000, 0, 300, 120, false, 106, "S=280 8x512 window 4096 (list in batches)");
+  check_attention(b, 300, 4, 32, 4096, 4000, 0, 300, 120, false, 107, "S=300 4x32 window 4096 (list in batches)");
+}
+
+TEST(CudaPrefill, AttentionOtherShapes) {
+  Backends b;
+  struct Shape { int64_t H, hd; };
+  for (Shape sh : {Shape{4, 32}, Shape{40, 128}, Shape{8, 64}, Shape{33, 256}, Shape{3, 96}}) {
+    for (int64_t S : {int64_t{3}, int64_t{140}}) {
+      const std::string what = "S=" + std::to_string(S) + " " + std::to_string(sh.H) + "x" + std::to_string(sh.hd);
+      check_attention(b, S, sh.H, sh.hd, 16, 20, 5, 200, 30, S == 3, 200 + static_cast<uint32_t>(sh.hd + S), what);
+    }
+  }
+}
+
+void check_indexer(Backends& b, int64_t S, int64_t T, int64_t H, int64_t dim, int64_t ratio, bool decreasing, uint32_t seed) {
+  auto q = randn(static_cast<size_t>(S * H * dim), seed), k = randn(static_cast<size_t>(T * dim), seed + 1),
+       w = randn(static_cast<size_t>(S * H), seed + 2, 0.3f);
+  std::vector<int64_t> pos(static_cast<size_t>(S));
+  std::mt19937 g(seed + 3);
+  std::uniform_int_distribution<int64_t> pick(0, T * ratio + 20);
+  for (int64_t i = 0; i < S; ++i) pos[static_cast<size_t>(i)] = decreasing ? std::max<int64_t>(0, T * ratio - 1 - 16 * i) : pick(g);
+  std::vector<float> cpu(static_cast<size_t>(S * T));
+  b.cpu->indexer_scores({.q = q.data(), .k = k.data(), .w = w.data(), .q_pos = pos.data(), .scores = cpu.data(), .s = S, .heads = H,
+                         .dim = dim, .t = T, .ratio = ratio, .score_scale = 0.088f});
+  Dev<float> dq(q), dk(k), dw(w), dsc(std::vector<float>(cpu.size(), NAN));
+  Dev<int64_t> dpos(pos);
+  b.gpu->indexer_scores({.q = dq.p, .k = dk.p, .w = dw.p, .q_pos = dpos.p, .scores = dsc.p, .s = S, .heads = H, .dim = dim, .t = T,
+                         .ratio = ratio, .score_scale = 0.088f});
+  b.gpu->synchronize();
+  const double e = finite_rel_err(cpu, dsc.get());
+  EXPECT_LT(e, 1e-5) << "indexer S=" << S << " T=" << T << " heads " << H << " dim " << dim;
+  std::printf("indexer S=%lld T=%lld heads %lld dim %lld ratio %lld: rel err %.2e\n", static_cast<long long>(S), static_cast<long long>(T),
+              static_cast<long long>(H), static_cast<long long>(dim), static_cast<long long>(ratio), e);
+}
+
+TEST(CudaPrefill, IndexerScores) {
+  Backends b;
+  check_indexer(b, 512, 2048, 32, 128, 4, true, 300);   // released dims, causal mask over whole tiles
+  check_indexer(b, 77, 333, 32, 128, 1, false, 310);    // ragged tiles
+  check_indexer(b, 37, 300, 8, 32, 2, false, 320);      // fixture dims
+  check_indexer(b, 9, 130, 64, 68, 1, false, 330);      // dim not a multiple of the 32-wide chunk
+  check_indexer(b, 11, 50, 5, 12, 1, false, 340);       // heads not dividing 128: the fallback
+}
+
+// Scores with many exact ties (a few distinct values), ±0, -inf; per-row patterns: all -inf,
+// fewer finite than k, all distinct, all equal.
+std::vector<float> tie_scores(int64_t rows, int64_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd;
+  std::uniform_real_distribution<float> u;
+  std::vector<float> v(static_cast<size_t>(rows * n));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      float& x = v[static_cast<size_t>(r * n + j)];
+      const float z = nd(g), c = u(g);
+      switch (r % 7) {
+        case 0: x = -INFINITY; break;
+        case 1: x = c < 0.05f ? std::round(z * 2) / 2 : -INFINITY; break;
+        case 2: x = z; break;
+        case 3: x = 0.75f; break;
+        default:
+          x = c < 0.2f ? -INFINITY : c < 0.25f ? (c < 0.225f ? -0.0f : 0.0f) : std::round(z * 3) / 4;
+          if (c > 0.999f) x = INFINITY;
+      }
+    }
+  return v;
+}
+
+void check_topk(Backends& b, int64_t rows, int64_t n, int64_t k, bool restrict, uint32_t seed) {
+  const auto sc = tie_scores(rows, n, seed);
+  std::vector<uint8_t> rs = random_bytes(static_cast<size_t>(rows * n), seed + 1, 0, 4);
+  for (auto& x : rs) x = x != 0;
+  std::vector<uint8_t> cpu(sc.size());
+  b.cpu->topk_mask({.scores = sc.data(), .restrict_to = restrict ? rs.data() : nullptr, .selected = cpu.data(), .s = rows, .t = n, .k = k});
+  Dev<float> dsc(sc);
+  Dev<uint8_t> drs(rs), dsel(std::vector<uint8_t>(sc.size(), 7));
+  b.gpu->topk_mask({.scores = dsc.p, .restrict_to = restrict ? drs.p : nullptr, .selected = dsel.p, .s = rows, .t = n, .k = k});
+  b.gpu->synchronize();
+  EXPECT_TRUE(same_selection(cpu, dsel.get(), n)) << "topk rows " << rows << " n " << n << " k " << k << " restrict " << restrict;
+}
+
+TEST(CudaPrefill, TopkMask) {
+  Backends b;
+  check_topk(b, 4096, 2048, 512, false, 400);
+  check_topk(b, 4096, 2048, 512, true, 410);
+  check_topk(b, 70, 2048, 2048, true, 420);  // k = n
+  check_topk(b, 70, 1000, 3000, false, 430); // k > n
+  check_topk(b, 70, 1000, 1, true, 440);
+  check_topk(b, 70, 1000, 0, false, 450);
+  check_topk(b, 7, 40, 6, true, 460);        // fixture size
+}
+
+void check_candidates(Backends& b, int64_t rows, int64_t T, int64_t ratio, int64_t bs, int64_t topk_blocks, uint32_t seed) {
+  auto sc = tie_scores(rows, T, seed);
+  std::vector<int64_t> pos(static_cast<size_t>(rows));
+  std::mt19937 g(seed + 1);
+  std::uniform_int_distribution<int64_t> pick(0, T * ratio + 3 * bs * ratio);
+  for (int64_t r = 0; r < rows; ++r) {
+    pos[static_cast<size_t>(r)] = r % 11 == 5 ? 0 : pick(g);
+    const int64_t vis = (pos[static_cast<size_t>(r)] + 1) / ratio;
+    for (int64_t j = vis; j < T; ++j) sc[static_cast<size_t>(r * T + j)] = -INFINITY;  // invisible, as the indexer writes them
+  }
+  std::vector<uint8_t> cpu(sc.size());
+  b.cpu->candidate_blocks({.scores = sc.data(), .q_pos = pos.data(), .keep = cpu.data(), .s = rows, .t = T, .ratio = ratio, .block_size = bs,
+                           .topk_blocks = topk_blocks});
+  Dev<float> dsc(sc);
+  Dev<int64_t> dpos(pos);
+  Dev<uint8_t> dkeep(std::vector<uint8_t>(sc.size(), 7));
+  b.gpu->candidate_blocks({.scores = dsc.p, .q_pos = dpos.p, .keep = dkeep.p, .s = rows, .t = T, .ratio = ratio, .block_size = bs,
+                           .topk_blocks = topk_blocks});
+  b.gpu->synchronize();
+  EXPECT_TRUE(same_selection(cpu, dkeep.get(), T)) << "candidates rows " << rows << " t " << T << " block " << bs << " topk " << topk_blocks;
+}
+
+TEST(CudaPrefill, CandidateBlocks) {
+  Backends b;
+  check_candidates(b, 4096, 2048, 4, 8, 64, 500);
+  check_candidates(b, 512, 2045, 1, 8, 100, 510);  // partial last block
+  check_candidates(b, 100, 2048, 4, 8, 2048, 520); // topk_blocks > blocks
+  check_candidates(b, 64, 333, 2, 5, 7, 530);
+  check_candidates(b, 7, 40, 2, 4, 3, 540);        // fixture size
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, Parity, ::testing::Values(kFixture, kReleased),
                          [](const ::testing::TestParamInfo<Dims>& p) { return p.param.D == 64 ? std::string("fixture") : std::string("released"); });
 

@@ -248,11 +248,13 @@ __global__ void __launch_bounds__(NW * 32, 1)
     s_l[h] = split == 0 ? 1.0f : 0.0f;
   }
 
+  // q row j holds head hg*8 + (j ^ dg) (a per-lane rotation that makes the reduce-scatter
+  // below select-free); o row j holds head hg*8 + j.
   const int dbase = w * 8 * DW + 4 * dg;
   float q[8][DW], o[8][DW];
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int64_t hh = h0 + hg * 8 + j;
+    const int64_t hh = h0 + hg * 8 + (j ^ dg);
     if (hh < heads) {
       const float* src = a.q + (t * heads + hh) * D + dbase;
       ld4(&q[j][0], src);
@@ -330,7 +332,8 @@ __global__ void __launch_bounds__(NW * 32, 1)
       if (tile + 1 < ntiles) issue(tile + 1, buf ^ 1);
       const float* kt = s_k + buf * TN * D + dbase;
 
-      // Partial scores over this warp's channels, reduce-scattered over the 8 dg lanes: lane
+      // Partial scores over this warp's channels, reduce-scattered over the 8 dg lanes: v[j] is
+      // head j ^ dg, the partner across bit b sends its v[b + j] = the same head, and the lane
       // ends with head hg*8 + dg = lane.
 #pragma unroll 2
       for (int e = 0; e < ne; ++e) {
@@ -345,20 +348,12 @@ __global__ void __launch_bounds__(NW * 32, 1)
           for (int i = 0; i < DW; ++i) acc = fmaf(q[j][i], kv[i], acc);
           v[j] = acc;
         }
-        const bool b2 = lane & 4, b1 = lane & 2, b0 = lane & 1;
         float u[4], x[2];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float keep = b2 ? v[4 + j] : v[j], send = b2 ? v[j] : v[4 + j];
-          u[j] = keep + __shfl_xor_sync(kFull, send, 4);
-        }
+        for (int j = 0; j < 4; ++j) u[j] = v[j] + __shfl_xor_sync(kFull, v[4 + j], 4);
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float keep = b1 ? u[2 + j] : u[j], send = b1 ? u[j] : u[2 + j];
-          x[j] = keep + __shfl_xor_sync(kFull, send, 2);
-        }
-        const float keep = b0 ? x[1] : x[0], send = b0 ? x[0] : x[1];
-        s_part[(w * HC + lane) * (TN + 1) + e] = keep + __shfl_xor_sync(kFull, send, 1);
+        for (int j = 0; j < 2; ++j) x[j] = u[j] + __shfl_xor_sync(kFull, u[2 + j], 2);
+        s_part[(w * HC + lane) * (TN + 1) + e] = x[0] + __shfl_xor_sync(kFull, x[1], 1);
       }
       __syncthreads();
 
@@ -398,7 +393,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
 #pragma unroll
           for (int i = 0; i < DW; ++i) o[j][i] *= al[j];
         const float* pp = s_p + hg * 8;
-#pragma unroll 2
+#pragma unroll 4
         for (int e = 0; e < ne; ++e) {
           float pv[8], kv[DW];
           ld4(&pv[0], pp + e * (HC + 4));
@@ -479,9 +474,20 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
   const int64_t hb = ceil_div(a.heads, kAttnHeads), ctas = a.s * hb;
   const int sms = num_sms();
   const int64_t cands = a.t_win + ((a.comp && a.comp_sel) ? a.t_comp : 0);
+  // Split the entries when that shortens the last wave by 10% or more (in units of one
+  // unsplit CTA's work): decode, and prefill chunks of fewer than two waves.
   int nsplit = 1;
-  if (ctas < sms)
-    nsplit = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({kAttnMaxSplit, sms / ctas, cands / (2 * kAttnTile)})));
+  if (ctas < 2 * sms) {
+    double best = static_cast<double>(ceil_div(ctas, sms));
+    const int64_t max_split = std::max<int64_t>(1, std::min<int64_t>(kAttnMaxSplit, cands / (2 * kAttnTile)));
+    for (int64_t ns = 2; ns <= max_split; ++ns) {
+      const double cost = static_cast<double>(ceil_div(ctas * ns, sms)) / static_cast<double>(ns);
+      if (cost < 0.9 * best) {
+        best = cost;
+        nsplit = static_cast<int>(ns);
+      }
+    }
+  }
   float *part_o = nullptr, *part_ml = nullptr;
   if (nsplit > 1) {
     DI_CUDA_CHECK(cudaMallocAsync(&part_o, static_cast<size_t>(a.s * nsplit * a.heads * a.head_dim) * sizeof(float), s));
@@ -560,26 +566,23 @@ __global__ void __launch_bounds__(kIxThreads, 2) indexer_tiled_k(IndexerScoreArg
     __syncthreads();
     const float* A = As + (kc & 1) * kIxBM * kIxLD + ty * kIxLD;
     const float* B = Bs + (kc & 1) * kIxBN * kIxLD + tx * kIxLD;
-#pragma unroll 1
-    for (int kk = 0; kk < kIxBK; kk += 4)
+#pragma unroll 1  // unrolled further, the loads hoisted across iterations spill at 128 registers
+    for (int kk = 0; kk < kIxBK; kk += 4) {
+      float4 b[8];
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {  // 4 columns at a time: fewer live registers
-        float4 b[4];
+      for (int jj = 0; jj < 8; ++jj) b[jj] = *reinterpret_cast<const float4*>(B + jj * 16 * kIxLD + kk);
 #pragma unroll
-        for (int jj = 0; jj < 4; ++jj) b[jj] = *reinterpret_cast<const float4*>(B + (half * 4 + jj) * 16 * kIxLD + kk);
+      for (int ii = 0; ii < 8; ++ii) {
+        const float4 av = *reinterpret_cast<const float4*>(A + ii * 16 * kIxLD + kk);
 #pragma unroll
-        for (int ii = 0; ii < 8; ++ii) {
-          const float4 av = *reinterpret_cast<const float4*>(A + ii * 16 * kIxLD + kk);
-#pragma unroll
-          for (int jj = 0; jj < 4; ++jj) {
-            float& c = acc[ii][half * 4 + jj];
-            c = fmaf(av.x, b[jj].x, c);
-            c = fmaf(av.y, b[jj].y, c);
-            c = fmaf(av.z, b[jj].z, c);
-            c = fmaf(av.w, b[jj].w, c);
-          }
+        for (int jj = 0; jj < 8; ++jj) {
+          acc[ii][jj] = fmaf(av.x, b[jj].x, acc[ii][jj]);
+          acc[ii][jj] = fmaf(av.y, b[jj].y, acc[ii][jj]);
+          acc[ii][jj] = fmaf(av.z, b[jj].z, acc[ii][jj]);
+          acc[ii][jj] = fmaf(av.w, b[jj].w, acc[ii][jj]);
         }
       }
+    }
     __syncthreads();
   }
   float* Cs = sm;                    // [BM][CLD], over the operand buffers
