@@ -33,15 +33,6 @@ bool legacy_forced() {
   return e && e[0] == '1';
 }
 
-int num_sms() {
-  static int cache[64] = {};
-  int dev = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) return 132;
-  if (!cache[dev]) DI_CUDA_CHECK(cudaDeviceGetAttribute(&cache[dev], cudaDevAttrMultiProcessorCount, dev));
-  return cache[dev];
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -179,7 +170,11 @@ constexpr int kAttnHeads = 32;   // heads per CTA
 constexpr int kAttnTile = 32;    // entries per shared-memory tile (= lanes, for the softmax)
 constexpr int kAttnPerThread = 4;  // candidates per thread per compaction round
 constexpr int kAttnListCap = 4096;  // compacted entry indices held in shared memory
-constexpr int kAttnMaxSplit = 32;
+// Splits of the visible entries are fixed segments of kAttnSeg ordinals (a multiple of the
+// tile), whatever the launch: a query's arithmetic (tiles, segments, the combine) depends only
+// on its own visible entries, never on the chunk or the batch it came in (batch invariance).
+constexpr int kAttnSeg = 256;
+constexpr int64_t kAttnGroup = 256;  // queries per launch when split (bounds the partials)
 
 template <int DW, int NW>
 struct AttnCfg {
@@ -229,18 +224,11 @@ __global__ void __launch_bounds__(NW * 32, 1)
     return sel[c - c_win] != 0 ? 1 : 0;
   };
 
-  // The range of visible-entry ordinals this split handles.
+  // The range of visible-entry ordinals this split handles (empty past the last entry).
   int64_t lo = 0, hi = INT64_MAX;
   if (nsplit > 1) {
-    int cnt = 0;
-    for (int64_t c = tid; c < c_all; c += T) cnt += visible(c);
-    for (int o = 16; o > 0; o >>= 1) cnt += __shfl_xor_sync(kFull, cnt, o);
-    if (lane == 0) s_scan[w] = cnt;
-    __syncthreads();
-    int64_t total = 0;
-    for (int ww = 0; ww < NW; ++ww) total += s_scan[ww];
-    lo = total * split / nsplit;
-    hi = total * (split + 1) / nsplit;
+    lo = static_cast<int64_t>(split) * kAttnSeg;
+    hi = lo + kAttnSeg;
   }
   for (int h = tid; h < HC; h += T) {
     const bool valid = h0 + h < heads;
@@ -450,10 +438,16 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
   const int64_t d = i % D, sh = i / D, t = sh / a.heads, hh = sh % a.heads;
   float M = -INFINITY;
   for (int k = 0; k < nsplit; ++k) M = fmaxf(M, part_ml[((t * nsplit + k) * a.heads + hh) * 2]);
-  float L = 0.0f, O = 0.0f;
-  for (int k = 0; k < nsplit; ++k) {
+  // Split 0 holds the sink (m finite); empty splits (m = -inf) are skipped, so a query whose
+  // entries fit one segment gets exactly the unsplit kernel's o / l.
+  const int64_t r0 = t * nsplit * a.heads + hh;
+  const float f0 = expf(part_ml[r0 * 2] - M);
+  float L = part_ml[r0 * 2 + 1] * f0, O = part_o[r0 * D + d] * f0;
+  for (int k = 1; k < nsplit; ++k) {
     const int64_t r = (t * nsplit + k) * a.heads + hh;
-    const float m = part_ml[r * 2], f = m == -INFINITY ? 0.0f : expf(m - M);
+    const float m = part_ml[r * 2];
+    if (m == -INFINITY) continue;
+    const float f = expf(m - M);
     L += part_ml[r * 2 + 1] * f;
     O += part_o[r * D + d] * f;
   }
@@ -471,38 +465,39 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
                                        static_cast<int>(C::bytes)));
     if (dev >= 0 && dev < 64) attr_done[dev] = true;
   }
-  const int64_t hb = ceil_div(a.heads, kAttnHeads), ctas = a.s * hb;
-  const int sms = num_sms();
-  const int64_t cands = a.t_win + ((a.comp && a.comp_sel) ? a.t_comp : 0);
-  // Split the entries when that shortens the last wave by 10% or more (in units of one
-  // unsplit CTA's work): decode, and prefill chunks of fewer than two waves.
-  int nsplit = 1;
-  if (ctas < 2 * sms) {
-    double best = static_cast<double>(ceil_div(ctas, sms));
-    const int64_t max_split = std::max<int64_t>(1, std::min<int64_t>(kAttnMaxSplit, cands / (2 * kAttnTile)));
-    for (int64_t ns = 2; ns <= max_split; ++ns) {
-      const double cost = static_cast<double>(ceil_div(ctas * ns, sms)) / static_cast<double>(ns);
-      if (cost < 0.9 * best) {
-        best = cost;
-        nsplit = static_cast<int>(ns);
-      }
-    }
-  }
-  float *part_o = nullptr, *part_ml = nullptr;
-  if (nsplit > 1) {
-    DI_CUDA_CHECK(cudaMallocAsync(&part_o, static_cast<size_t>(a.s * nsplit * a.heads * a.head_dim) * sizeof(float), s));
-    DI_CUDA_CHECK(cudaMallocAsync(&part_ml, static_cast<size_t>(a.s * nsplit * a.heads * 2) * sizeof(float), s));
-  }
-  const dim3 grid(static_cast<unsigned>(a.s), static_cast<unsigned>(hb), static_cast<unsigned>(nsplit));
-  attention_tiled_k<DW, NW><<<grid, C::T, C::bytes, s>>>(a, nsplit, part_o, part_ml);
-  DI_CUDA_LAUNCHED();
-  if (nsplit > 1) {
-    const int64_t n = a.s * a.heads * a.head_dim;
-    attention_combine_k<<<static_cast<unsigned>(ceil_div(n, 256)), 256, 0, s>>>(a, nsplit, part_o, part_ml);
+  const int64_t hb = ceil_div(a.heads, kAttnHeads);
+  // Segments: enough for the most entries a query can see (its window plus every compressed
+  // entry, at most all candidates); with one segment the kernel finishes the softmax itself.
+  const bool has_comp = a.comp && a.comp_sel;
+  const int64_t bound = std::min<int64_t>(a.t_win + (has_comp ? a.t_comp : 0), a.window + (has_comp ? a.t_comp : 0));
+  const int nsplit = static_cast<int>(std::max<int64_t>(1, ceil_div(bound, kAttnSeg)));
+  if (nsplit == 1) {
+    const dim3 grid(static_cast<unsigned>(a.s), static_cast<unsigned>(hb), 1);
+    attention_tiled_k<DW, NW><<<grid, C::T, C::bytes, s>>>(a, 1, nullptr, nullptr);
     DI_CUDA_LAUNCHED();
-    DI_CUDA_CHECK(cudaFreeAsync(part_o, s));
-    DI_CUDA_CHECK(cudaFreeAsync(part_ml, s));
+    return;
   }
+  const int64_t group = std::min<int64_t>(a.s, kAttnGroup);
+  float *part_o = nullptr, *part_ml = nullptr;
+  DI_CUDA_CHECK(cudaMallocAsync(&part_o, static_cast<size_t>(group * nsplit * a.heads * a.head_dim) * sizeof(float), s));
+  DI_CUDA_CHECK(cudaMallocAsync(&part_ml, static_cast<size_t>(group * nsplit * a.heads * 2) * sizeof(float), s));
+  for (int64_t q0 = 0; q0 < a.s; q0 += group) {
+    AttentionArgs g = a;  // queries [q0, q0 + n) as a launch of their own
+    const int64_t n = std::min(group, a.s - q0);
+    g.q = a.q + q0 * a.heads * a.head_dim;
+    g.q_pos = a.q_pos + q0;
+    g.out = a.out + q0 * a.heads * a.head_dim;
+    if (has_comp) g.comp_sel = a.comp_sel + q0 * a.t_comp;
+    g.s = n;
+    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(hb), static_cast<unsigned>(nsplit));
+    attention_tiled_k<DW, NW><<<grid, C::T, C::bytes, s>>>(g, nsplit, part_o, part_ml);
+    DI_CUDA_LAUNCHED();
+    const int64_t total = n * a.heads * a.head_dim;
+    attention_combine_k<<<static_cast<unsigned>(ceil_div(total, 256)), 256, 0, s>>>(g, nsplit, part_o, part_ml);
+    DI_CUDA_LAUNCHED();
+  }
+  DI_CUDA_CHECK(cudaFreeAsync(part_o, s));
+  DI_CUDA_CHECK(cudaFreeAsync(part_ml, s));
 }
 
 // ---------------------------------------------------------------------------------------
