@@ -173,7 +173,7 @@ constexpr int kAttnListCap = 4096;  // compacted entry indices held in shared me
 // Splits of the visible entries are fixed segments of kAttnSeg ordinals (a multiple of the
 // tile), whatever the launch: a query's arithmetic (tiles, segments, the combine) depends only
 // on its own visible entries, never on the chunk or the batch it came in (batch invariance).
-constexpr int kAttnSeg = 256;
+constexpr int kAttnSeg = 512;
 constexpr int64_t kAttnGroup = 256;  // queries per launch when split (bounds the partials)
 
 template <int DW, int NW>

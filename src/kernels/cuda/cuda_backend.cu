@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <unordered_map>
+#include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
 
@@ -46,6 +48,8 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    for (auto& [cls, list] : free_)
+      for (void* p : list) cudaFree(p);
     if (staging_) cudaFreeHost(staging_);
     cublasDestroy(blas_);
     cublasDestroy(blas_tc_);
@@ -54,15 +58,44 @@ class CudaBackend final : public Backend {
   const char* name() const override { return "cuda"; }
 
   bool host_memory() const override { return false; }
-  // Stream-ordered: the memory may be used by ops issued after alloc and before release.
+  // Stream-ordered: the memory may be used by ops issued after alloc and before release
+  // (every op runs on the one stream, so a block released now is free for any later op).
+  // Blocks up to kCacheMax bytes come from per-size-class free lists, so the model's many
+  // per-step scratch buffers cost no driver call; larger ones go to the pool directly.
   void* alloc(int64_t bytes) override {
     check_size(bytes, "alloc");
+    const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+    if (n > kCacheMax) {
+      void* p = nullptr;
+      DI_CUDA_CHECK(cudaMallocAsync(&p, n, stream_));
+      return p;
+    }
+    const size_t cls = size_class(n);
+    auto& free_list = free_[cls];
     void* p = nullptr;
-    DI_CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), stream_));
+    if (!free_list.empty()) {
+      p = free_list.back();
+      free_list.pop_back();
+    } else {
+      DI_CUDA_CHECK(cudaMallocAsync(&p, cls, stream_));
+    }
+    cached_[p] = cls;
     return p;
   }
   void release(void* p) override {
-    if (p) DI_CUDA_CHECK(cudaFreeAsync(p, stream_));
+    if (!p) return;
+    auto it = cached_.find(p);
+    if (it == cached_.end()) {
+      DI_CUDA_CHECK(cudaFreeAsync(p, stream_));
+      return;
+    }
+    free_[it->second].push_back(p);
+    cached_.erase(it);
+  }
+  // Stream-ordered scratch for an op (the caching allocator's blocks).
+  template <class T>
+  T* scratch(int64_t count) {
+    return static_cast<T*>(alloc(count * static_cast<int64_t>(sizeof(T))));
   }
   // The bytes are copied into the pinned ring at once (src may be reused when this returns),
   // then copied to the device in stream order. A full ring waits for the stream, then restarts
@@ -129,7 +162,7 @@ class CudaBackend final : public Backend {
     } else if (bf16 && a.w.format == WeightFormat::kBF16) {
       w = static_cast<const uint16_t*>(a.w.data) + a.w_row0 * a.k;
     } else {
-      DI_CUDA_CHECK(cudaMallocAsync(&wtmp, static_cast<size_t>(a.n * a.k * esz), stream_));
+      wtmp = scratch<uint8_t>(a.n * a.k * esz);
       if (bf16) cuda::dequant_bf16(a.w, a.w_row0, a.n, wtmp, stream_);
       else cuda::dequant(a.w, a.w_row0, a.n, static_cast<float*>(wtmp), stream_);
       w = wtmp;
@@ -142,10 +175,10 @@ class CudaBackend final : public Backend {
     int64_t ldxx = ldx;
     void* xtmp = nullptr;
     if (bf16 || invariant_) {
-      DI_CUDA_CHECK(cudaMallocAsync(&xtmp, static_cast<size_t>(mp * a.k * esz), stream_));
-      if (mp > a.m) DI_CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t*>(xtmp) + a.m * a.k * esz, 0,
+      xtmp = scratch<uint8_t>(mp * a.k * esz);
+      if (!bf16 && mp > a.m) DI_CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t*>(xtmp) + a.m * a.k * esz, 0,
                                                   static_cast<size_t>((mp - a.m) * a.k * esz), stream_));
-      if (bf16) cuda::to_bf16(a.x, a.m, a.k, ldx, xtmp, stream_);
+      if (bf16) cuda::to_bf16(a.x, a.m, mp, a.k, ldx, xtmp, stream_);  // rows >= m zeroed
       else DI_CUDA_CHECK(cudaMemcpy2DAsync(xtmp, static_cast<size_t>(a.k * 4), a.x, static_cast<size_t>(ldx * 4),
                                            static_cast<size_t>(a.k * 4), static_cast<size_t>(a.m), cudaMemcpyDeviceToDevice,
                                            stream_));
@@ -157,7 +190,7 @@ class CudaBackend final : public Backend {
     int64_t ldyy = ldy;
     float* ytmp = nullptr;
     if (invariant_ && (mp > a.m || ldy != a.n)) {
-      DI_CUDA_CHECK(cudaMallocAsync(&ytmp, static_cast<size_t>(mp * a.n) * 4, stream_));
+      ytmp = scratch<float>(mp * a.n);
       y = ytmp;
       ldyy = a.n;
     }
@@ -179,10 +212,10 @@ class CudaBackend final : public Backend {
     if (ytmp) {
       DI_CUDA_CHECK(cudaMemcpy2DAsync(a.y, static_cast<size_t>(ldy * 4), ytmp, static_cast<size_t>(a.n * 4),
                                       static_cast<size_t>(a.n * 4), static_cast<size_t>(a.m), cudaMemcpyDeviceToDevice, stream_));
-      DI_CUDA_CHECK(cudaFreeAsync(ytmp, stream_));
+      release(ytmp);
     }
-    if (xtmp) DI_CUDA_CHECK(cudaFreeAsync(xtmp, stream_));
-    if (wtmp) DI_CUDA_CHECK(cudaFreeAsync(wtmp, stream_));
+    release(xtmp);
+    release(wtmp);
   }
   void rms_norm(const RmsNormArgs& a) override { cuda::rms_norm(a, stream_); }
   void rope(const RopeArgs& a) override { cuda::rope(a, stream_); }
@@ -207,6 +240,17 @@ class CudaBackend final : public Backend {
   // Rows per cuBLAS call in batch-invariant mode: bf16 tiles large enough that prefill stays
   // compute-bound, float32 tiles small enough that decode is not.
   static constexpr int64_t kTileBf16 = 256, kTileF32 = 64;
+  static constexpr size_t kCacheMax = size_t{64} << 20;  // 64 MiB
+  // Eight size classes per power of two (at most 12.5% rounding), 512 bytes at least.
+  static size_t size_class(size_t n) {
+    if (n <= 512) return 512;
+    size_t base = 512;
+    while (base * 2 < n) base *= 2;
+    const size_t step = base / 8;
+    return base + (n - base + step - 1) / step * step;
+  }
+  std::unordered_map<size_t, std::vector<void*>> free_;  // by class size
+  std::unordered_map<void*, size_t> cached_;
   static constexpr size_t kStagingInitial = size_t{8} << 20;  // 8 MiB, grown on demand
   static void check_size(int64_t bytes, const char* what) {
     if (bytes < 0) {

@@ -29,9 +29,9 @@ void scale(const ScaleArgs& a, cudaStream_t s);
 void gather_rows(const GatherRowsArgs& a, cudaStream_t s);
 void moe_combine(const MoeCombineArgs& a, cudaStream_t s);
 void dequant_packed(const DequantPackedArgs& a, cudaStream_t s);
-// matmul.cu: x [m, k] (row stride ldx) rounded to bf16 into out [m, k]; rows of w dequantised
+// matmul.cu: x [m, k] (row stride ldx) rounded to bf16 into out [mp, k] (rows m.. zero); rows of w dequantised
 // into bf16 (exact for bf16/FP8/FP4 storage); seeded random fills.
-void to_bf16(const float* x, int64_t m, int64_t k, int64_t ldx, void* out, cudaStream_t s);
+void to_bf16(const float* x, int64_t m, int64_t mp, int64_t k, int64_t ldx, void* out, cudaStream_t s);
 void dequant_bf16(const WeightView& w, int64_t row0, int64_t n, void* out, cudaStream_t s);
 void fill_random(const RandomFillArgs& a, cudaStream_t s);
 // Rows [row0, row0 + n) of w as float32: out [n, w.cols] (device).

@@ -11,10 +11,11 @@ namespace {
 constexpr int kThreads = 256;
 unsigned grid(int64_t n) { return static_cast<unsigned>(ceil_div(n, kThreads)); }
 
-__global__ void to_bf16_k(const float* x, int64_t m, int64_t k, int64_t ldx, __nv_bfloat16* out) {
+__global__ void to_bf16_k(const float* x, int64_t m, int64_t mp, int64_t k, int64_t ldx, __nv_bfloat16* out) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= m * k) return;
-  out[i] = __float2bfloat16_rn(x[(i / k) * ldx + i % k]);
+  if (i >= mp * k) return;
+  const int64_t r = i / k;
+  out[i] = r < m ? __float2bfloat16_rn(x[r * ldx + i % k]) : __float2bfloat16_rn(0.0f);
 }
 
 __global__ void dequant_bf16_k(WeightView w, int64_t row0, int64_t n, __nv_bfloat16* out) {
@@ -46,9 +47,9 @@ __global__ void fill_random_k(RandomFillArgs a) {
 
 }  // namespace
 
-void to_bf16(const float* x, int64_t m, int64_t k, int64_t ldx, void* out, cudaStream_t s) {
-  if (m * k == 0) return;
-  to_bf16_k<<<grid(m * k), kThreads, 0, s>>>(x, m, k, ldx, static_cast<__nv_bfloat16*>(out));
+void to_bf16(const float* x, int64_t m, int64_t mp, int64_t k, int64_t ldx, void* out, cudaStream_t s) {
+  if (mp * k == 0) return;
+  to_bf16_k<<<grid(mp * k), kThreads, 0, s>>>(x, m, mp, k, ldx, static_cast<__nv_bfloat16*>(out));
   DI_CUDA_LAUNCHED();
 }
 
