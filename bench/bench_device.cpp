@@ -32,7 +32,8 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> v;
   std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');) v.push_back(std::stoll(x));
+  for (std::string x; std::getline(ss, x, ',');)
+    if (!x.empty()) v.push_back(std::stoll(x));
   return v;
 }
 

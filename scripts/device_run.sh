@@ -3,13 +3,13 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, profile, all; BENCH_ARGS are passed to bench/bench_device
+#   stages: test (default), bench, profile, check, all; BENCH_ARGS are passed to bench/bench_device
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/device-out}
 mkdir -p "$OUT"
 STAGES=${*:-test}
-[ "$STAGES" = all ] && STAGES="test bench profile"
+[ "$STAGES" = all ] && STAGES="test bench profile check"
 R="$OUT/report.txt"
 {
   echo "== machine"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1; nproc; date -u
@@ -60,6 +60,18 @@ for stage in $STAGES; do
       echo "== per-op profile, decode at batch 1 (bench_device --device cuda-profile ${PROFILE_ARGS:-})" >> "$R"
       # shellcheck disable=SC2086
       ./build/cuda/bench/bench_device --device cuda-profile --batches 1 --prompts 0 --steps 10 ${PROFILE_ARGS:-} >> "$R" 2>&1
+      echo "== per-op profile, prefill 1 x 4096 replay + exact" >> "$R"
+      ./build/cuda/bench/bench_device --device cuda-profile --batches "" --prompts 1 --prompt-len 4096 >> "$R" 2>&1
+      ;;
+    check)
+      echo "== cross-check of the discrete ops (CUDA vs the CPU on the same inputs), float32 and bf16" >> "$R"
+      for fx in ced full-q; do
+        for dt in float32 bfloat16; do
+          d=tests/data/v41/$fx
+          echo "$fx $dt: $(./build/cuda/deepinfer logits --model "$d" --tokens "$d/golden/tokens.npy" --device cuda-check \
+            --dtype $dt 2>&1 | grep -E 'cross-check' | tr '\n' ' ')" >> "$R"
+        done
+      done
       ;;
   esac
 done

@@ -547,18 +547,22 @@ void DeepseekV41::moe(int64_t l, const float* xn, Scratch& s, float* y) {
   const int64_t n = s.n, D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, I = c.moe_intermediate_size;
   kernels::Buf<float> logits(be_, n * E);
   linear(xn, n, F.gate, logits.data());
-  kernels::Buf<int32_t> ids(be_, n * K);
-  kernels::Buf<float> wts(be_, n * K);
+  // Expert ids then their weights (float bits) in one buffer: one download, one sync.
+  kernels::Buf<int32_t> routed(be_, 2 * n * K);
+  int32_t* ids = routed.data();
+  float* wts = reinterpret_cast<float*>(routed.data() + n * K);
   kernels::ScoringFunc fn = c.scoring_func == "softmax"   ? kernels::ScoringFunc::kSoftmax
                             : c.scoring_func == "sigmoid" ? kernels::ScoringFunc::kSigmoid
                                                           : kernels::ScoringFunc::kSqrtSoftplus;
-  be_.router({.logits = logits.data(), .bias = F.bias, .ids = ids.data(), .weights = wts.data(), .rows = n, .experts = E,
+  be_.router({.logits = logits.data(), .bias = F.bias, .ids = ids, .weights = wts, .rows = n, .experts = E,
               .top_k = K, .temp = static_cast<float>(c.gate_temp), .routed_scaling = static_cast<float>(c.routed_scaling_factor),
               .normalize = c.norm_topk_prob, .func = fn});
   // Group the (token, slot) pairs by expert on the host: expert e's rows are contiguous in
   // the permuted order, each expert runs once over them.
-  const std::vector<int32_t> h_ids = ids.download();
-  const std::vector<float> h_wts = wts.download();
+  const std::vector<int32_t> h_routed = routed.download();
+  const std::vector<int32_t> h_ids(h_routed.begin(), h_routed.begin() + n * K);
+  std::vector<float> h_wts(static_cast<size_t>(n * K));
+  std::memcpy(h_wts.data(), h_routed.data() + n * K, static_cast<size_t>(n * K) * sizeof(float));
   std::vector<int64_t> count(static_cast<size_t>(E) + 1, 0);
   for (int32_t e : h_ids) {
     DI_CHECK(e >= 0 && e < E, "router picked an expert outside [0, E)");
@@ -602,7 +606,7 @@ void DeepseekV41::moe(int64_t l, const float* xn, Scratch& s, float* y) {
   linear(sa.data(), n, F.s_w2, so.data());
   // Per token: routed outputs in ascending expert order (as the reference accumulates),
   // then the shared expert.
-  be_.moe_combine({.expert_out = eo.data(), .slot_row = d_slot_row.data(), .ids = ids.data(), .shared = so.data(), .y = y,
+  be_.moe_combine({.expert_out = eo.data(), .slot_row = d_slot_row.data(), .ids = ids, .shared = so.data(), .y = y,
                    .n = n, .k = K, .dim = D});
 }
 
