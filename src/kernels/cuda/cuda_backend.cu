@@ -149,9 +149,23 @@ class CudaBackend final : public Backend {
   // Batch-invariant mode runs every product as fixed-shape tiles of kTile rows (the last one
   // zero-padded) from contiguous temporaries, so cuBLAS chooses the same kernel, and so the
   // same reduction order, for a row whatever else is in the batch.
-  void matmul(const MatmulArgs& a) override {
+  void matmul(const MatmulArgs& a) override { gemm(a, precision_ == Precision::kBF16); }
+  // mHC mixes: the projection of the flattened streams as a float32 product (whatever the
+  // precision), then per row the norm, scales, sigmoids and Sinkhorn.
+  void hc_mixes(const HcMixesArgs& a) override {
+    if (a.rows == 0) return;
+    const int64_t nmix = (2 + a.hc) * a.hc, width = a.hc * a.dim;
+    float* mix = scratch<float>(a.rows * nmix);
+    float* ss = scratch<float>(a.rows);
+    gemm({.x = a.x, .w = WeightView::f32(a.fn, nmix, width), .y = mix, .m = a.rows, .n = nmix, .k = width}, false);
+    cuda::hc_mixes(a, mix, ss, stream_);
+    release(ss);
+    release(mix);
+  }
+
+ private:
+  void gemm(const MatmulArgs& a, bool bf16) {
     if (a.m == 0 || a.n == 0) return;
-    const bool bf16 = precision_ == Precision::kBF16;
     const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
     const int64_t esz = bf16 ? 2 : 4;
     // Weights: used in place when stored as the math's type, else dequantised to a temporary.
@@ -217,10 +231,10 @@ class CudaBackend final : public Backend {
     release(xtmp);
     release(wtmp);
   }
+ public:
   void rms_norm(const RmsNormArgs& a) override { cuda::rms_norm(a, stream_); }
   void rope(const RopeArgs& a) override { cuda::rope(a, stream_); }
   void fake_quant(const FakeQuantArgs& a) override { cuda::fake_quant(a, stream_); }
-  void hc_mixes(const HcMixesArgs& a) override { cuda::hc_mixes(a, stream_); }
   void hc_collapse(const HcCollapseArgs& a) override { cuda::hc_collapse(a, stream_); }
   void hc_expand(const HcExpandArgs& a) override { cuda::hc_expand(a, stream_); }
   void attention(const AttentionArgs& a) override { cuda::attention(a, stream_); }

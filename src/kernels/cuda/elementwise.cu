@@ -99,49 +99,26 @@ __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
   out[i] = d_weight_at(w, row0 + i / w.cols, i % w.cols);
 }
 
-// mHC mixes in two kernels. hc_mix_partial_k: block (row, slice) reduces one of kMixSlices
-// fixed slices of the flattened row: Σx² and the nmix dot products with fn (the slice count
-// never depends on the batch, so neither does any row's result). hc_mixes_k: per row, the
-// slices summed in order, then the scales, sigmoids, softmax and Sinkhorn in thread 0.
-constexpr int kMixSlices = 16, kMaxMix = 32;
+// mHC mixes after the projection (a float32 matmul, mix = x · fnᵀ): Σx² per row (block per
+// row, a fixed reduction), then in thread 0 of a block per row the norm, scales, sigmoids,
+// softmax and Sinkhorn.
+constexpr int kMaxMix = 32;
 
-__global__ void hc_mix_partial_k(HcMixesArgs a, float* part) {
-  const int64_t r = blockIdx.x, slice = blockIdx.y, hc = a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
-  const int64_t len = (width + kMixSlices - 1) / kMixSlices, i0 = slice * len, i1 = min(width, i0 + len);
+__global__ void hc_sumsq_k(HcMixesArgs a, float* ss) {
+  const int64_t r = blockIdx.x, width = a.hc * a.dim;
   const float* x = a.x + r * width;
-  float acc[kMaxMix + 1];
-  for (int j = 0; j <= kMaxMix; ++j) acc[j] = 0.0f;
-  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
-    const float v = x[i];
-    acc[0] += v * v;
-    for (int64_t j = 0; j < nmix; ++j) acc[j + 1] += v * a.fn[j * width + i];
-  }
-  __shared__ float red[kMaxMix + 1][32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  for (int64_t j = 0; j <= nmix; ++j) {
-    const float v = warp_sum(acc[j]);
-    if (lane == 0) red[j][warp] = v;
-  }
-  __syncthreads();
-  if (threadIdx.x <= nmix) {
-    float t = 0.0f;
-    for (int w = 0; w < warps; ++w) t += red[threadIdx.x][w];
-    part[(r * kMixSlices + slice) * (kMaxMix + 1) + threadIdx.x] = t;
-  }
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) acc += x[i] * x[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) ss[r] = acc;
 }
 
-__global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
+__global__ void hc_mixes_k(HcMixesArgs a, const float* mix, const float* ss) {
   const int64_t r = blockIdx.x, hc = a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
   if (threadIdx.x != 0) return;
-  float m[kMaxMix], ss = 0.0f;
-  for (int64_t j = 0; j < nmix; ++j) m[j] = 0.0f;
-  for (int sl = 0; sl < kMixSlices; ++sl) {
-    const float* p = part + (r * kMixSlices + sl) * (kMaxMix + 1);
-    ss += p[0];
-    for (int64_t j = 0; j < nmix; ++j) m[j] += p[j + 1];
-  }
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(width) + a.norm_eps);
-  for (int64_t j = 0; j < nmix; ++j) m[j] *= inv;
+  const float inv = 1.0f / sqrtf(ss[r] / static_cast<float>(width) + a.norm_eps);
+  float m[kMaxMix];
+  for (int64_t j = 0; j < nmix; ++j) m[j] = mix[r * nmix + j] * inv;
   auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
   for (int64_t k = 0; k < hc; ++k) {
     a.pre[r * hc + k] = sig(m[k] * a.scale[0] + a.base[k]) + a.hc_eps;
@@ -255,19 +232,16 @@ void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStrea
   dequant_k<<<grid(n * w.cols), kThreads, 0, s>>>(w, row0, n, out);
   DI_CUDA_LAUNCHED();
 }
-void hc_mixes(const HcMixesArgs& a, cudaStream_t s) {
+void hc_mixes(const HcMixesArgs& a, const float* mix, float* ss, cudaStream_t s) {
   if (a.rows == 0) return;
   if ((2 + a.hc) * a.hc > kMaxMix) {
     std::fprintf(stderr, "deepinfer: hc_mixes supports at most %d mixes\n", kMaxMix);
     std::abort();
   }
-  float* part = nullptr;
-  DI_CUDA_CHECK(cudaMallocAsync(&part, static_cast<size_t>(a.rows * kMixSlices * (kMaxMix + 1)) * sizeof(float), s));
-  hc_mix_partial_k<<<dim3(static_cast<unsigned>(a.rows), kMixSlices), kThreads, 0, s>>>(a, part);
+  hc_sumsq_k<<<static_cast<unsigned>(a.rows), kThreads, 0, s>>>(a, ss);
   DI_CUDA_LAUNCHED();
-  hc_mixes_k<<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
+  hc_mixes_k<<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, mix, ss);
   DI_CUDA_LAUNCHED();
-  DI_CUDA_CHECK(cudaFreeAsync(part, s));
 }
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s) {
   if (a.rows * a.dim == 0) return;
