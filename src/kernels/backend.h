@@ -46,7 +46,9 @@ bool dot_quantized(const float* x, const WeightView& w, int64_t row, float* out)
 int64_t weight_bytes(const WeightView& w);
 int64_t weight_scale_bytes(const WeightView& w);
 
-// y = x · wᵀ over weight rows [w_row0, w_row0 + n)
+// y = x · wᵀ over weight rows [w_row0, w_row0 + n); with groups > 1, group g multiplies the
+// columns [g*x_group_stride, +k) of x by weight rows [w_row0 + g*n, +n) into the columns
+// [g*y_group_stride, +n) of y (the grouped low-rank output projection).
 struct MatmulArgs {
   const float* x = nullptr;  // [m, k] fp32
   WeightView w;              // [>= w_row0 + n, k] any format (stored weight layout [out, in])
@@ -55,6 +57,8 @@ struct MatmulArgs {
   int64_t ldx = 0;           // row stride of x (0: k)
   int64_t ldy = 0;           // row stride of y (0: n)
   int64_t w_row0 = 0;        // first weight row used
+  int64_t groups = 1;
+  int64_t x_group_stride = 0, y_group_stride = 0;  // columns between groups (groups > 1)
 };
 
 // y = w ⊙ x / sqrt(mean(x²) + eps), per row; w may be null (unweighted). In place allowed.

@@ -454,9 +454,8 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
   rope_rows(o.data(), n, H, hd, cs, sn, true);
   const int64_t G = c.o_groups, gw = H * hd / G, olr = c.o_lora_rank;
   kernels::Buf<float> z(be_, n * G * olr);
-  for (int64_t g = 0; g < G; ++g)
-    be_.matmul({.x = o.data() + g * gw, .w = A.wo_a, .y = z.data() + g * olr, .m = n, .n = olr, .k = gw,
-                .ldx = H * hd, .ldy = G * olr, .w_row0 = g * olr});
+  be_.matmul({.x = o.data(), .w = A.wo_a, .y = z.data(), .m = n, .n = olr, .k = gw, .ldx = H * hd, .ldy = G * olr,
+              .groups = G, .x_group_stride = gw, .y_group_stride = olr});
   be_.matmul({.x = z.data(), .w = A.wo_b, .y = y, .m = n, .n = D, .k = G * olr});
 }
 

@@ -18,6 +18,19 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
   Precision precision() const override { return precision_; }
   void matmul(const MatmulArgs& a) override {
+    if (a.groups > 1) {  // one product per group, each exactly as a single product
+      for (int64_t g = 0; g < a.groups; ++g) {
+        MatmulArgs b = a;
+        b.groups = 1;
+        b.x = a.x + g * a.x_group_stride;
+        b.y = a.y + g * a.y_group_stride;
+        b.ldx = a.ldx ? a.ldx : a.k;
+        b.ldy = a.ldy ? a.ldy : a.n;
+        b.w_row0 = a.w_row0 + g * a.n;
+        matmul(b);
+      }
+      return;
+    }
     if (precision_ == Precision::kFloat32) return cpu::matmul(pool_, a);
     // bf16 emulation (what the CUDA tensor-core path computes, in float32 here): x and the
     // used weight rows rounded to bf16 first.

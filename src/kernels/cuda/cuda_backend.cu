@@ -166,7 +166,12 @@ class CudaBackend final : public Backend {
  private:
   void gemm(const MatmulArgs& a, bool bf16) {
     if (a.m == 0 || a.n == 0) return;
-    const int64_t ldx = a.ldx ? a.ldx : a.k, ldy = a.ldy ? a.ldy : a.n;
+    const int64_t G = std::max<int64_t>(1, a.groups);
+    // Columns of x and y the product touches (all groups).
+    const int64_t xw = G > 1 ? (G - 1) * a.x_group_stride + a.k : a.k;
+    const int64_t yw = G > 1 ? (G - 1) * a.y_group_stride + a.n : a.n;
+    const int64_t xs = G > 1 ? a.x_group_stride : 0, ys = G > 1 ? a.y_group_stride : 0;
+    const int64_t ldx = a.ldx ? a.ldx : xw, ldy = a.ldy ? a.ldy : yw;
     const int64_t esz = bf16 ? 2 : 4;
     // Weights: used in place when stored as the math's type, else dequantised to a temporary.
     const void* w = nullptr;
@@ -176,9 +181,9 @@ class CudaBackend final : public Backend {
     } else if (bf16 && a.w.format == WeightFormat::kBF16) {
       w = static_cast<const uint16_t*>(a.w.data) + a.w_row0 * a.k;
     } else {
-      wtmp = scratch<uint8_t>(a.n * a.k * esz);
-      if (bf16) cuda::dequant_bf16(a.w, a.w_row0, a.n, wtmp, stream_);
-      else cuda::dequant(a.w, a.w_row0, a.n, static_cast<float*>(wtmp), stream_);
+      wtmp = scratch<uint8_t>(G * a.n * a.k * esz);
+      if (bf16) cuda::dequant_bf16(a.w, a.w_row0, G * a.n, wtmp, stream_);
+      else cuda::dequant(a.w, a.w_row0, G * a.n, static_cast<float*>(wtmp), stream_);
       w = wtmp;
     }
     const int64_t tile = invariant_ ? (bf16 ? kTileBf16 : kTileF32) : a.m;
@@ -189,48 +194,56 @@ class CudaBackend final : public Backend {
     int64_t ldxx = ldx;
     void* xtmp = nullptr;
     if (bf16 || invariant_) {
-      xtmp = scratch<uint8_t>(mp * a.k * esz);
-      if (!bf16 && mp > a.m) DI_CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t*>(xtmp) + a.m * a.k * esz, 0,
-                                                  static_cast<size_t>((mp - a.m) * a.k * esz), stream_));
-      if (bf16) cuda::to_bf16(a.x, a.m, mp, a.k, ldx, xtmp, stream_);  // rows >= m zeroed
-      else DI_CUDA_CHECK(cudaMemcpy2DAsync(xtmp, static_cast<size_t>(a.k * 4), a.x, static_cast<size_t>(ldx * 4),
-                                           static_cast<size_t>(a.k * 4), static_cast<size_t>(a.m), cudaMemcpyDeviceToDevice,
+      xtmp = scratch<uint8_t>(mp * xw * esz);
+      if (!bf16 && mp > a.m) DI_CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t*>(xtmp) + a.m * xw * esz, 0,
+                                                  static_cast<size_t>((mp - a.m) * xw * esz), stream_));
+      if (bf16) cuda::to_bf16(a.x, a.m, mp, xw, ldx, xtmp, stream_);  // rows >= m zeroed
+      else DI_CUDA_CHECK(cudaMemcpy2DAsync(xtmp, static_cast<size_t>(xw * 4), a.x, static_cast<size_t>(ldx * 4),
+                                           static_cast<size_t>(xw * 4), static_cast<size_t>(a.m), cudaMemcpyDeviceToDevice,
                                            stream_));
       x = xtmp;
-      ldxx = a.k;
+      ldxx = xw;
     }
     // Output: straight into y unless padded rows or a row stride need a temporary.
     float* y = a.y;
     int64_t ldyy = ldy;
     float* ytmp = nullptr;
-    if (invariant_ && (mp > a.m || ldy != a.n)) {
-      ytmp = scratch<float>(mp * a.n);
+    if (invariant_ && (mp > a.m || ldy != yw)) {
+      ytmp = scratch<float>(mp * yw);
       y = ytmp;
-      ldyy = a.n;
+      ldyy = yw;
     }
-    // Row-major y[m, n] = x[m, k] · w[n, k]ᵀ is column-major yᵀ = w · xᵀ.
+    // Row-major y[m, n] = x[m, k] · w[n, k]ᵀ is column-major yᵀ = w · xᵀ; groups as a
+    // strided batch (weights n rows apart, x and y columns apart).
     const float one = 1.0f, zero = 0.0f;
+    const int n = static_cast<int>(a.n), k = static_cast<int>(a.k), lx = static_cast<int>(ldxx), ly = static_cast<int>(ldyy);
     for (int64_t r0 = 0; r0 < mp; r0 += tile) {
       const void* xr = static_cast<const uint8_t*>(x) + r0 * ldxx * esz;
       float* yr = y + r0 * ldyy;
+      const int mt = static_cast<int>(tile);
       if (bf16)
-        DI_CUBLAS_CHECK(cublasGemmEx(blas_tc_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(tile),
-                                     static_cast<int>(a.k), &one, w, CUDA_R_16BF, static_cast<int>(a.k), xr, CUDA_R_16BF,
-                                     static_cast<int>(ldxx), &zero, yr, CUDA_R_32F, static_cast<int>(ldyy),
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        DI_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas_tc_, CUBLAS_OP_T, CUBLAS_OP_N, n, mt, k, &one, w, CUDA_R_16BF, k, a.n * a.k,
+                                                   xr, CUDA_R_16BF, lx, xs, &zero, yr, CUDA_R_32F, ly, ys, static_cast<int>(G),
+                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       else
-        DI_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(a.n), static_cast<int>(tile),
-                                    static_cast<int>(a.k), &one, static_cast<const float*>(w), static_cast<int>(a.k),
-                                    static_cast<const float*>(xr), static_cast<int>(ldxx), &zero, yr, static_cast<int>(ldyy)));
+        DI_CUBLAS_CHECK(cublasSgemmStridedBatched(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, mt, k, &one, static_cast<const float*>(w),
+                                                  k, a.n * a.k, static_cast<const float*>(xr), lx, xs, &zero, yr, ly, ys,
+                                                  static_cast<int>(G)));
     }
     if (ytmp) {
-      DI_CUDA_CHECK(cudaMemcpy2DAsync(a.y, static_cast<size_t>(ldy * 4), ytmp, static_cast<size_t>(a.n * 4),
-                                      static_cast<size_t>(a.n * 4), static_cast<size_t>(a.m), cudaMemcpyDeviceToDevice, stream_));
+      // Back into y: all columns at once when the groups are adjacent, else group by group
+      // (the columns between groups stay untouched).
+      const int64_t parts = G > 1 && ys != a.n ? G : 1, width = parts > 1 ? a.n : yw;
+      for (int64_t g = 0; g < parts; ++g)
+        DI_CUDA_CHECK(cudaMemcpy2DAsync(a.y + g * ys, static_cast<size_t>(ldy * 4), ytmp + g * ys, static_cast<size_t>(yw * 4),
+                                        static_cast<size_t>(width * 4), static_cast<size_t>(a.m), cudaMemcpyDeviceToDevice,
+                                        stream_));
       release(ytmp);
     }
     release(xtmp);
     release(wtmp);
   }
+
  public:
   void rms_norm(const RmsNormArgs& a) override { cuda::rms_norm(a, stream_); }
   void rope(const RopeArgs& a) override { cuda::rope(a, stream_); }
