@@ -1,7 +1,7 @@
 // CUDA-only model tests: random weights made on the device equal the CPU's, the bf16
 // tensor-core matmul against the CPU on bf16-rounded inputs, and every golden fixture with
 // bf16 weights and activations (dtype bfloat16): greedy tokens identical to the CPU's
-// emulation of the same precision wherever its top-2 margin exceeds 2 x 2e-2, logits within
+// emulation of the same precision wherever its top-2 margin exceeds twice the error, logits within
 // 2e-2 of it where no FP4 state is rounded; the distance to the float32 reference is printed.
 #include <gtest/gtest.h>
 
@@ -135,7 +135,8 @@ TEST_P(GoldenBf16, LogitsAndGreedyTokens) {
   }
 
   // Greedy, teacher-forced on the reference's continuation: our argmax equals the emulation's
-  // wherever its top-2 margin exceeds twice the bound.
+  // wherever its top-2 margin exceeds twice the error (the 2e-2 bound, or the measured error
+  // where FP4 flips make it larger).
   const int64_t V = static_cast<int64_t>(ref.size() / tokens.size());
   std::vector<int64_t> seq = core::read_npy_ints(dir + "/golden/greedy_prompt.npy");
   const std::vector<int64_t> expect = core::read_npy_ints(dir + "/golden/greedy_tokens.npy");
@@ -150,7 +151,7 @@ TEST_P(GoldenBf16, LogitsAndGreedyTokens) {
     const float* crow = lc.data() + (n_prompt - 1 + static_cast<int64_t>(i)) * V;
     std::vector<float> sorted(crow, crow + V);
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-    if (sorted[0] - sorted[1] <= 2.0 * 2e-2 * max_ref) continue;
+    if (sorted[0] - sorted[1] <= 2.0 * std::max(2e-2, err) * max_ref) continue;
     ++checked;
     const int64_t top = std::max_element(row, row + V) - row, ctop = std::max_element(crow, crow + V) - crow;
     same += top == ctop;

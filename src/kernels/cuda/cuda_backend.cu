@@ -150,17 +150,11 @@ class CudaBackend final : public Backend {
   // zero-padded) from contiguous temporaries, so cuBLAS chooses the same kernel, and so the
   // same reduction order, for a row whatever else is in the batch.
   void matmul(const MatmulArgs& a) override { gemm(a, precision_ == Precision::kBF16); }
-  // mHC mixes: the projection of the flattened streams as a float32 product (whatever the
-  // precision), then per row the norm, scales, sigmoids and Sinkhorn.
   void hc_mixes(const HcMixesArgs& a) override {
     if (a.rows == 0) return;
-    const int64_t nmix = (2 + a.hc) * a.hc, width = a.hc * a.dim;
-    float* mix = scratch<float>(a.rows * nmix);
-    float* ss = scratch<float>(a.rows);
-    gemm({.x = a.x, .w = WeightView::f32(a.fn, nmix, width), .y = mix, .m = a.rows, .n = nmix, .k = width}, false);
-    cuda::hc_mixes(a, mix, ss, stream_);
-    release(ss);
-    release(mix);
+    float* part = scratch<float>(cuda::hc_mixes_scratch(a.rows));
+    cuda::hc_mixes(a, part, stream_);
+    release(part);
   }
 
  private:

@@ -15,8 +15,9 @@ void rope(const RopeArgs& a, cudaStream_t s);
 void swiglu(const SwigluArgs& a, cudaStream_t s);
 void compress_pool(const CompressPoolArgs& a, cudaStream_t s);
 void fake_quant(const FakeQuantArgs& a, cudaStream_t s);
-// mix: [rows, (2+hc)*hc] = x · fnᵀ (un-normalised); ss: [rows] scratch.
-void hc_mixes(const HcMixesArgs& a, const float* mix, float* ss, cudaStream_t s);
+// part: scratch of hc_mixes_scratch(rows) floats.
+void hc_mixes(const HcMixesArgs& a, float* part, cudaStream_t s);
+int64_t hc_mixes_scratch(int64_t rows);
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s);
 void hc_expand(const HcExpandArgs& a, cudaStream_t s);
 void engram_gate(const EngramGateArgs& a, cudaStream_t s);

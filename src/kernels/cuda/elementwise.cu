@@ -99,26 +99,67 @@ __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
   out[i] = d_weight_at(w, row0 + i / w.cols, i % w.cols);
 }
 
-// mHC mixes after the projection (a float32 matmul, mix = x · fnᵀ): Σx² per row (block per
-// row, a fixed reduction), then in thread 0 of a block per row the norm, scales, sigmoids,
-// softmax and Sinkhorn.
-constexpr int kMaxMix = 32;
+// mHC mixes. hc_project_k: block (group of kMixRows rows, slice) reduces one of kMixSlices
+// fixed slices of the flattened rows: Σx² and the nmix dot products with fn, kept in
+// registers; the slice count never depends on the batch, so neither does any row's result.
+// hc_mixes_k: per row, the slices summed in order, then the norm, scales, sigmoids, softmax
+// and Sinkhorn in thread 0.
+constexpr int kMaxMix = 32, kMixSlices = 16, kMixRows = 4, kMixThreads = 256;
 
-__global__ void hc_sumsq_k(HcMixesArgs a, float* ss) {
-  const int64_t r = blockIdx.x, width = a.hc * a.dim;
-  const float* x = a.x + r * width;
-  float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) acc += x[i] * x[i];
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) ss[r] = acc;
+template <int NMIX>
+__global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float* part) {
+  const int64_t width = a.hc * a.dim, nmix = (2 + a.hc) * a.hc, r0 = static_cast<int64_t>(blockIdx.x) * kMixRows;
+  const int slice = static_cast<int>(blockIdx.y);
+  const int64_t len = (width + kMixSlices - 1) / kMixSlices, i0 = slice * len, i1 = min(width, i0 + len);
+  const int nr = static_cast<int>(min(static_cast<int64_t>(kMixRows), a.rows - r0));
+  float acc[kMixRows][NMIX + 1];
+#pragma unroll
+  for (int r = 0; r < kMixRows; ++r)
+#pragma unroll
+    for (int j = 0; j <= NMIX; ++j) acc[r][j] = 0.0f;
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += kMixThreads) {
+    float f[NMIX];
+#pragma unroll
+    for (int j = 0; j < NMIX; ++j) f[j] = j < nmix ? a.fn[j * width + i] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kMixRows; ++r) {
+      if (r >= nr) break;
+      const float v = a.x[(r0 + r) * width + i];
+      acc[r][0] += v * v;
+#pragma unroll
+      for (int j = 0; j < NMIX; ++j) acc[r][j + 1] += v * f[j];
+    }
+  }
+  __shared__ float red[kMixRows * (NMIX + 1)][kMixThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int r = 0; r < kMixRows; ++r)
+#pragma unroll
+    for (int j = 0; j <= NMIX; ++j) {
+      const float v = warp_sum(acc[r][j]);
+      if (lane == 0) red[r * (NMIX + 1) + j][warp] = v;
+    }
+  __syncthreads();
+  for (int t = threadIdx.x; t < nr * (NMIX + 1); t += kMixThreads) {
+    float v = 0.0f;
+    for (int w = 0; w < kMixThreads / 32; ++w) v += red[t][w];
+    const int r = t / (NMIX + 1), j = t % (NMIX + 1);
+    part[((r0 + r) * kMixSlices + slice) * (kMaxMix + 1) + j] = v;
+  }
 }
 
-__global__ void hc_mixes_k(HcMixesArgs a, const float* mix, const float* ss) {
+__global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
   const int64_t r = blockIdx.x, hc = a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
   if (threadIdx.x != 0) return;
-  const float inv = 1.0f / sqrtf(ss[r] / static_cast<float>(width) + a.norm_eps);
-  float m[kMaxMix];
-  for (int64_t j = 0; j < nmix; ++j) m[j] = mix[r * nmix + j] * inv;
+  float m[kMaxMix], ss = 0.0f;
+  for (int64_t j = 0; j < nmix; ++j) m[j] = 0.0f;
+  for (int sl = 0; sl < kMixSlices; ++sl) {
+    const float* p = part + (r * kMixSlices + sl) * (kMaxMix + 1);
+    ss += p[0];
+    for (int64_t j = 0; j < nmix; ++j) m[j] += p[j + 1];
+  }
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(width) + a.norm_eps);
+  for (int64_t j = 0; j < nmix; ++j) m[j] *= inv;
   auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
   for (int64_t k = 0; k < hc; ++k) {
     a.pre[r * hc + k] = sig(m[k] * a.scale[0] + a.base[k]) + a.hc_eps;
@@ -232,15 +273,18 @@ void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStrea
   dequant_k<<<grid(n * w.cols), kThreads, 0, s>>>(w, row0, n, out);
   DI_CUDA_LAUNCHED();
 }
-void hc_mixes(const HcMixesArgs& a, const float* mix, float* ss, cudaStream_t s) {
+int64_t hc_mixes_scratch(int64_t rows) { return rows * kMixSlices * (kMaxMix + 1); }
+void hc_mixes(const HcMixesArgs& a, float* part, cudaStream_t s) {
   if (a.rows == 0) return;
   if ((2 + a.hc) * a.hc > kMaxMix) {
     std::fprintf(stderr, "deepinfer: hc_mixes supports at most %d mixes\n", kMaxMix);
     std::abort();
   }
-  hc_sumsq_k<<<static_cast<unsigned>(a.rows), kThreads, 0, s>>>(a, ss);
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.rows, kMixRows)), kMixSlices);
+  if ((2 + a.hc) * a.hc == 24) hc_project_k<24><<<grid, kMixThreads, 0, s>>>(a, part);  // hc = 4
+  else hc_project_k<kMaxMix><<<grid, kMixThreads, 0, s>>>(a, part);
   DI_CUDA_LAUNCHED();
-  hc_mixes_k<<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, mix, ss);
+  hc_mixes_k<<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
   DI_CUDA_LAUNCHED();
 }
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s) {
