@@ -339,6 +339,11 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads
 // Runs every op on `device`, replays the discrete ops (rounding, routing, selections) on the CPU
 // reference with the same inputs and reports disagreements on stderr ("cuda-check").
 std::unique_ptr<Backend> make_cross_check_backend(std::unique_ptr<Backend> device);
+// Checked ops and disagreements a cross-check backend has seen ({-1, -1} for any other).
+struct CrossCheckCounts {
+  int64_t checked = -1, disagreed = -1;
+};
+CrossCheckCounts cross_check_counts(const Backend& b);
 // Times every op kind (synchronising after each) and prints the table when destroyed
 // ("cuda-profile", "cpu-profile").
 std::unique_ptr<Backend> make_profiling_backend(std::unique_ptr<Backend> device);

@@ -99,6 +99,7 @@ class CrossCheck final : public Forwarding {
   CrossCheck(std::unique_ptr<Backend> dev, std::unique_ptr<Backend> cpu) : Forwarding(std::move(dev)), c_(std::move(cpu)) {}
   ~CrossCheck() override { std::fprintf(stderr, "cross-check: %lld checked ops, %lld disagreed\n", checked_, failed_); }
   const char* name() const override { return "cuda-check"; }
+  CrossCheckCounts counts() const { return {checked_, failed_}; }
 
   void fake_quant(const FakeQuantArgs& a) override {
     const int64_t n = a.rows * a.dim;
@@ -186,6 +187,11 @@ class CrossCheck final : public Forwarding {
 
 std::unique_ptr<Backend> make_profiling_backend(std::unique_ptr<Backend> device) {
   return std::make_unique<Profile>(std::move(device));
+}
+
+CrossCheckCounts cross_check_counts(const Backend& b) {
+  const auto* c = dynamic_cast<const CrossCheck*>(&b);
+  return c ? c->counts() : CrossCheckCounts{};
 }
 
 std::unique_ptr<Backend> make_cross_check_backend(std::unique_ptr<Backend> device) {

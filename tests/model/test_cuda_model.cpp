@@ -1,8 +1,10 @@
 // CUDA-only model tests: random weights made on the device equal the CPU's, the bf16
 // tensor-core matmul against the CPU on bf16-rounded inputs, and every golden fixture with
-// bf16 weights and activations (dtype bfloat16): greedy tokens identical to the CPU's
-// emulation of the same precision wherever its top-2 margin exceeds twice the error, logits within
-// 2e-2 of it where no FP4 state is rounded; the distance to the float32 reference is printed.
+// bf16 weights and activations (dtype bfloat16) against the CPU's emulation of the same
+// precision: the window-only fixture within 2e-2 with greedy tokens identical where the
+// margin exceeds the error; the fixtures with FP4 state through the cross-check backend (every
+// discrete decision equal to the CPU's on the same inputs). Distances to the float32
+// reference are printed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -120,23 +122,30 @@ TEST_P(GoldenBf16, LogitsAndGreedyTokens) {
   std::printf("[%s bf16] rel err vs the CPU's bf16 emulation %.3g; vs the float32 reference %.3g (bf16 weights with "
               "float32 activations: %.3g)\n",
               GetParam().c_str(), err, rel_err(ours, ref), rel_err(weights_only, ref));
-  // Against the reference, rounding these tiny random models to bf16 moves the logits by
-  // 0.1-0.7 (FP8/FP4 activation codes flip; the weights alone do as much), so the 2e-2 bound
-  // is checked against the same precision computed on the CPU: for the window-only fixture.
-  // Where FP4 compressed KV and indexer keys are rounded (every other fixture), the tensor
-  // cores' accumulation (not IEEE round-per-add) moves products by ~1e-6 relative and flips
-  // some FP4 codes, which moves the logits by 0.08-0.18 (NOTES-device.md); there only the
-  // greedy agreement below is asserted.
   const loader::ModelConfig cfg = ck_config(dir);
   bool fp4_state = false;
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) fp4_state = fp4_state || cfg.ratio(l) > 0;
-  if (!fp4_state) {
-    EXPECT_LE(err, 2e-2);
+  if (fp4_state) {
+    // Where FP4 compressed KV and indexer keys are rounded, the tensor cores' accumulation
+    // (not IEEE round-per-add) moves products by ~1e-6 relative and flips FP4 codes that sit
+    // near a rounding midpoint; in these tiny random models that moves the logits by 0.08-0.18
+    // against the CPU's emulation (NOTES-device.md), so neither a 2e-2 bound nor greedy
+    // identity can be asserted end to end. What is asserted: run through the cross-check
+    // backend, every discrete decision of the bf16 GPU run (FP8/FP4 rounding, routing,
+    // candidate blocks, top-k) equals the CPU reference's on the same inputs.
+    auto checked = kernels::make_cross_check_backend(kernels::make_cuda_backend(0, kernels::Precision::kBF16));
+    bf16_logits(dir, *checked, tokens);
+    const kernels::CrossCheckCounts c = kernels::cross_check_counts(*checked);
+    std::printf("[%s bf16] cross-check: %lld discrete ops, %lld disagreed\n", GetParam().c_str(),
+                static_cast<long long>(c.checked), static_cast<long long>(c.disagreed));
+    EXPECT_GT(c.checked, 0);
+    EXPECT_EQ(c.disagreed, 0);
+    return;
   }
-
-  // Greedy, teacher-forced on the reference's continuation: our argmax equals the emulation's
-  // wherever its top-2 margin exceeds twice the error (the 2e-2 bound, or the measured error
-  // where FP4 flips make it larger).
+  // Window-only fixture: the logits within 2e-2 of the emulation, and greedy tokens (teacher-
+  // forced on the reference's continuation) equal to the emulation's wherever its top-2
+  // margin exceeds twice that bound.
+  EXPECT_LE(err, 2e-2);
   const int64_t V = static_cast<int64_t>(ref.size() / tokens.size());
   std::vector<int64_t> seq = core::read_npy_ints(dir + "/golden/greedy_prompt.npy");
   const std::vector<int64_t> expect = core::read_npy_ints(dir + "/golden/greedy_tokens.npy");
@@ -151,7 +160,7 @@ TEST_P(GoldenBf16, LogitsAndGreedyTokens) {
     const float* crow = lc.data() + (n_prompt - 1 + static_cast<int64_t>(i)) * V;
     std::vector<float> sorted(crow, crow + V);
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-    if (sorted[0] - sorted[1] <= 2.0 * std::max(2e-2, err) * max_ref) continue;
+    if (sorted[0] - sorted[1] <= 2.0 * 2e-2 * max_ref) continue;
     ++checked;
     const int64_t top = std::max_element(row, row + V) - row, ctop = std::max_element(crow, crow + V) - crow;
     same += top == ctop;

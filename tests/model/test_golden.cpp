@@ -115,3 +115,25 @@ INSTANTIATE_TEST_SUITE_P(V41, Golden,
                          });
 
 }  // namespace
+
+// The cross-check decorator (`--device cuda-check`) on the CPU backend itself: every discrete
+// op is replayed and compared, and the logits are those of the plain backend.
+TEST(CrossCheck, ReplaysEveryDiscreteOpAndCountsAgreement) {
+  const std::string dir = std::string(DEEPINFER_TEST_DATA) + "/v41/full";
+  auto plain = kernels::make_cpu_backend(2);
+  auto checked = kernels::make_cross_check_backend(kernels::make_cpu_backend(2));
+  EXPECT_EQ(kernels::cross_check_counts(*plain).checked, -1);
+  std::vector<int64_t> tokens = core::read_npy_ints(dir + "/golden/tokens.npy");
+  std::vector<std::vector<float>> out;
+  for (kernels::Backend* be : {plain.get(), checked.get()}) {
+    model::LoadedModel lm = model::load_model(dir, *be);
+    const int64_t V = lm.model->config().vocab_size, n = static_cast<int64_t>(tokens.size());
+    out.emplace_back(static_cast<size_t>(n * V));
+    auto st = lm.model->new_state();
+    lm.model->forward(tokens.data(), n, st, out.back().data());
+  }
+  const kernels::CrossCheckCounts c = kernels::cross_check_counts(*checked);
+  EXPECT_GT(c.checked, 20);
+  EXPECT_EQ(c.disagreed, 0);
+  EXPECT_EQ(out[0], out[1]);
+}
