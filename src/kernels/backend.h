@@ -129,6 +129,16 @@ struct HcExpandArgs {
   int64_t rows = 0, hc = 4, dim = 0;
 };
 
+// One sequence's entries in a multi-sequence attention call (AttentionArgs.seqs).
+struct AttentionSeq {
+  const float* win = nullptr;          // [t_win, head_dim] its window entries
+  const int64_t* win_pos = nullptr;    // [t_win]
+  const float* comp = nullptr;         // [t_comp, head_dim] its compressed entries (may be null)
+  const uint8_t* comp_sel = nullptr;   // [its query rows, t_comp] (may be null)
+  int64_t t_win = 0, t_comp = 0;
+  int64_t q0 = 0;                      // its first query row
+};
+
 // Shared-latent attention (K = V) over a sliding window plus selected compressed entries,
 // one softmax with a per-head sink in the denominator.
 struct AttentionArgs {
@@ -143,6 +153,39 @@ struct AttentionArgs {
   int64_t s = 0, heads = 0, head_dim = 0, t_win = 0, t_comp = 0;
   int64_t window = 0;                // entry q visible to query p iff p - window < q <= p
   float scale = 1.0f;
+  // Several sequences in one call: query t sees the entries of seqs[q_seq[t]] (its selection
+  // row is t - q0 of that sequence's comp_sel); win, win_pos, comp, comp_sel, t_win and t_comp
+  // above are then unused. Both arrays in backend memory.
+  const AttentionSeq* seqs = nullptr;  // [n_seqs]
+  const int32_t* q_seq = nullptr;      // [s]
+  int64_t n_seqs = 0;
+  int64_t max_t_win = 0, max_t_comp = 0;  // the largest over the sequences (launch sizing)
+};
+
+// Independent copies in one op (e.g. every sequence's new window entries into its ring).
+struct CopyDesc {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  int64_t bytes = 0;
+};
+struct CopyBatchArgs {
+  const CopyDesc* descs = nullptr;  // [n] in backend memory; regions must not overlap
+  int64_t n = 0;
+  int64_t max_bytes = 0;            // the largest copy (launch sizing)
+};
+
+// DequantPackedArgs for several row ranges in one op (every sequence's window ring).
+struct PackedDesc {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  float* out = nullptr;
+  int64_t rows = 0;
+};
+struct DequantPackedBatchArgs {
+  FakeQuant kind = FakeQuant::kFp8Pow2;
+  const PackedDesc* descs = nullptr;  // [n] in backend memory
+  int64_t n = 0, dim = 0, block = 32;
+  int64_t max_rows = 0;
 };
 
 // Compressor pooling: per group of `ratio` rows, per channel, softmax over the gate then
@@ -301,6 +344,8 @@ class Backend {
   virtual void moe_combine(const MoeCombineArgs& a) = 0;
   virtual void dequant_packed(const DequantPackedArgs& a) = 0;
   virtual void fill_random(const RandomFillArgs& a) = 0;
+  virtual void copy_batch(const CopyBatchArgs& a) = 0;
+  virtual void dequant_packed_batch(const DequantPackedBatchArgs& a) = 0;
   virtual Precision precision() const { return Precision::kFloat32; }
 
   virtual void matmul(const MatmulArgs& a) = 0;

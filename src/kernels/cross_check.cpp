@@ -53,6 +53,8 @@ class Forwarding : public Backend {
   DI_FORWARD(moe_combine, MoeCombineArgs)
   DI_FORWARD(dequant_packed, DequantPackedArgs)
   DI_FORWARD(fill_random, RandomFillArgs)
+  DI_FORWARD(copy_batch, CopyBatchArgs)
+  DI_FORWARD(dequant_packed_batch, DequantPackedBatchArgs)
 #undef DI_FORWARD
 
  protected:

@@ -142,6 +142,15 @@ int64_t DeepseekV41::late_layer_start() const {
   return *std::max_element(cfg_.kv_source_layer_ids.begin(), cfg_.kv_source_layer_ids.end()) + 1;
 }
 
+void DeepseekV41::copy_batch(const std::vector<kernels::CopyDesc>& copies) {
+  if (copies.empty()) return;
+  int64_t max_bytes = 0;
+  for (const auto& c : copies) max_bytes = std::max(max_bytes, c.bytes);
+  kernels::Buf<kernels::CopyDesc> d(be_);
+  d.upload(copies);
+  be_.copy_batch({.descs = d.data(), .n = static_cast<int64_t>(copies.size()), .max_bytes = max_bytes});
+}
+
 void DeepseekV41::set_positions(Scratch& s) {
   s.d_pos.upload(s.pos);
   std::vector<float> c, sn;
@@ -382,27 +391,61 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
     be_.scale({.x = iw.data(), .n = n * nh, .s = 1.0f / std::sqrt(static_cast<float>(nh))});
   }
 
-  kernels::Buf<float> o(be_, n * H * hd), win(be_), latent(be_);
+  // Window entries of every sequence (cached ring rows, then this chunk's) gathered into one
+  // buffer; the compressed branch runs sequence by sequence; then one attention call covers
+  // every query, each seeing its own sequence's entries; then every ring takes its new rows.
+  constexpr int64_t F = sizeof(float);
+  const size_t nseq = s.states.size();
+  std::vector<int64_t> win_off(nseq, 0), n_cached(nseq, 0);
+  int64_t total_win = 0;
+  for (size_t qi = 0; qi < nseq; ++qi) {
+    if (s.rows[qi] == 0) continue;
+    n_cached[qi] = static_cast<int64_t>(s.states[qi]->window(l).pos.size());
+    win_off[qi] = total_win;
+    total_win += n_cached[qi] + s.rows[qi];
+  }
+  kernels::Buf<float> o(be_, n * H * hd), win(be_, total_win * hd), latent(be_);
+  std::vector<int64_t> win_pos(static_cast<size_t>(total_win));
+  std::vector<kernels::PackedDesc> ring_reads;
+  std::vector<kernels::CopyDesc> win_copies;
+  kernels::FakeQuant ring_kind = FakeQuant::kFp8Pow2;
+  int64_t ring_block = 32;
+  for (size_t qi = 0; qi < nseq; ++qi) {
+    const int64_t r0 = s.row0[qi], m = s.rows[qi], off = win_off[qi], nc = n_cached[qi];
+    if (m == 0) continue;
+    const WindowRing& ring = s.states[qi]->window(l);
+    std::copy(ring.pos.begin(), ring.pos.end(), win_pos.begin() + off);
+    std::copy(s.pos.begin() + r0, s.pos.begin() + r0 + m, win_pos.begin() + off + nc);
+    if (nc > 0 && ring.kv.packed()) {
+      ring_reads.push_back({ring.kv.codes_at(0), ring.kv.scales_at(0), win.data() + off * hd, nc});
+      ring_kind = ring.kv.kind();
+      ring_block = ring.kv.block();
+    } else if (nc > 0) {
+      win_copies.push_back({win.data() + off * hd, ring.kv.values_at(0), nc * hd * F});
+    }
+    win_copies.push_back({win.data() + (off + nc) * hd, kv.data() + r0 * hd, m * hd * F});
+  }
+  copy_batch(win_copies);
+  if (!ring_reads.empty()) {
+    kernels::Buf<kernels::PackedDesc> d(be_);
+    d.upload(ring_reads);
+    int64_t max_rows = 0;
+    for (const auto& r : ring_reads) max_rows = std::max(max_rows, r.rows);
+    be_.dequant_packed_batch({.kind = ring_kind, .descs = d.data(), .n = static_cast<int64_t>(ring_reads.size()), .dim = hd,
+                              .block = ring_block, .max_rows = max_rows});
+  }
   kernels::Buf<int64_t> d_win_pos(be_);
-  for (size_t qi = 0; qi < s.states.size(); ++qi) {
+  d_win_pos.upload(win_pos);
+
+  std::vector<kernels::AttentionSeq> seqs;
+  std::vector<int32_t> q_seq(static_cast<size_t>(n));
+  int64_t max_t_win = 0, max_t_comp = 0;
+  for (size_t qi = 0; qi < nseq; ++qi) {
     const int64_t r0 = s.row0[qi], m = s.rows[qi];
     if (m == 0) continue;
     SequenceState& st = *s.states[qi];
     Shared& sh = s.shared[qi];
-    const int64_t* pos = s.pos.data() + r0;
     const int64_t* d_pos = s.d_pos.data() + r0;
-
-    // Window: the cached entries then this chunk's.
-    WindowRing& ring = st.window(l);
-    const int64_t n_cached = static_cast<int64_t>(ring.pos.size());
-    win.resize((n_cached + m) * hd);
-    std::vector<int64_t> win_pos(static_cast<size_t>(n_cached + m));
-    ring.kv.read(0, n_cached, win.data());
-    std::copy(ring.pos.begin(), ring.pos.end(), win_pos.begin());
-    be_.copy(win.data() + n_cached * hd, kv.data() + r0 * hd, m * hd * static_cast<int64_t>(sizeof(float)));
-    std::copy(pos, pos + m, win_pos.begin() + n_cached);
-    d_win_pos.upload(win_pos);
-
     const float* comp = nullptr;
     const uint8_t* comp_sel = nullptr;
     int64_t t_comp = 0;
@@ -434,21 +477,40 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
         }
       }
     }
-    be_.attention({.q = q.data() + r0 * H * hd, .q_pos = d_pos, .win = win.data(), .win_pos = d_win_pos.data(), .comp = comp,
-                   .comp_sel = comp_sel, .sink = A.attn_sink, .out = o.data() + r0 * H * hd, .s = m, .heads = H,
-                   .head_dim = hd, .t_win = n_cached + m, .t_comp = t_comp, .window = c.sliding_window,
-                   .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
-    // Keep the last window-1 entries.
-    const int64_t keep = std::min<int64_t>(c.sliding_window - 1, n_cached + m);
-    const int64_t drop = n_cached + m - keep;
+    const int64_t t_win = n_cached[qi] + m;
+    for (int64_t i = 0; i < m; ++i) q_seq[static_cast<size_t>(r0 + i)] = static_cast<int32_t>(seqs.size());
+    seqs.push_back({.win = win.data() + win_off[qi] * hd, .win_pos = d_win_pos.data() + win_off[qi], .comp = comp,
+                    .comp_sel = comp_sel, .t_win = t_win, .t_comp = t_comp, .q0 = r0});
+    max_t_win = std::max(max_t_win, t_win);
+    max_t_comp = std::max(max_t_comp, t_comp);
+  }
+  {
+    kernels::Buf<kernels::AttentionSeq> d_seqs(be_);
+    kernels::Buf<int32_t> d_q_seq(be_);
+    d_seqs.upload(seqs);
+    d_q_seq.upload(q_seq);
+    be_.attention({.q = q.data(), .q_pos = s.d_pos.data(), .sink = A.attn_sink, .out = o.data(), .s = n, .heads = H,
+                   .head_dim = hd, .window = c.sliding_window, .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+                   .seqs = d_seqs.data(), .q_seq = d_q_seq.data(), .n_seqs = static_cast<int64_t>(seqs.size()),
+                   .max_t_win = max_t_win, .max_t_comp = max_t_comp});
+  }
+  // Every ring keeps its last window-1 entries: the new rows' FP8 codes and scales copied in.
+  std::vector<kernels::CopyDesc> ring_writes;
+  for (size_t qi = 0; qi < nseq; ++qi) {
+    const int64_t r0 = s.row0[qi], m = s.rows[qi];
+    if (m == 0) continue;
+    WindowRing& ring = s.states[qi]->window(l);
+    const int64_t t_win = n_cached[qi] + m;
+    const int64_t keep = std::min<int64_t>(c.sliding_window - 1, t_win), drop = t_win - keep;
     if (ring.kv.packed()) {
-      be_.copy(ring.kv.code_slot(m), kv_codes.data() + r0 * hd, m * hd);
-      be_.copy(ring.kv.scale_slot(m), kv_scales.data() + r0 * hd / 32, m * hd / 32);
+      ring_writes.push_back({ring.kv.code_slot(m), kv_codes.data() + r0 * hd, m * hd});
+      ring_writes.push_back({ring.kv.scale_slot(m), kv_scales.data() + r0 * hd / 32, m * hd / 32});
     }
     ring.kv.append(kv.data() + r0 * hd, m);
     ring.kv.drop_front(drop);
-    ring.pos.assign(win_pos.begin() + drop, win_pos.end());
+    ring.pos.assign(win_pos.begin() + win_off[qi] + drop, win_pos.begin() + win_off[qi] + t_win);
   }
+  copy_batch(ring_writes);
 
   // Remove the query's rotation from the output, then the grouped low-rank projection.
   rope_rows(o.data(), n, H, hd, cs, sn, true);

@@ -87,6 +87,8 @@ class DeepseekV41 {
   void rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* cos, const float* sin, bool inverse);
   // Uploads s.pos and its rope tables.
   void set_positions(Scratch& s);
+  // The copies (backend memory) as one op.
+  void copy_batch(const std::vector<kernels::CopyDesc>& copies);
   template <class T>
   kernels::Buf<T>& buf(kernels::Buf<T>& b, int64_t n);  // binds b to the backend, size n
   // Compressed-branch entries of new groups: compress RoPE at each group's first-token

@@ -47,6 +47,13 @@ class PackedRows {
   void drop_front(int64_t rows);
   // Rows [row0, row0 + rows) as float32 into backend memory: out [rows, dim].
   void read(int64_t row0, int64_t rows, float* out) const;
+  // Where row `row` is stored (backend memory): its codes and scales when packed, else its
+  // float values; for batched reads (kernels::dequant_packed_batch, copy_batch).
+  const uint8_t* codes_at(int64_t row) const { return codes_.data() + (start_ + row) * code_bytes_; }
+  const uint8_t* scales_at(int64_t row) const { return scales_.data() + (start_ + row) * scale_bytes_; }
+  const float* values_at(int64_t row) const { return f32_.data() + (start_ + row) * dim_; }
+  kernels::FakeQuant kind() const { return kind_; }
+  int64_t block() const { return block_; }
   // Bytes the live rows take.
   int64_t bytes() const;
 

@@ -788,3 +788,147 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Parity, ::testing::Values(kFixture, kReleased),
                          [](const ::testing::TestParamInfo<Dims>& p) { return p.param.D == 64 ? std::string("fixture") : std::string("released"); });
 
 }  // namespace
+
+// Several sequences in one attention call (AttentionArgs.seqs): the CPU reference, and each
+// query's output bitwise equal to its sequence attended alone on the GPU (batch invariance).
+TEST(CudaMultiSequence, AttentionMatchesTheCpuAndEachSequenceAlone) {
+  Backends b;
+  const int64_t H = 64, hd = 512, window = 128;
+  struct Seq {
+    int64_t m, t_win, t_comp;
+  };
+  const std::vector<Seq> shape{{1, 128, 2048}, {5, 40, 0}, {1, 10, 300}, {3, 130, 64}};
+  int64_t s = 0;
+  for (const Seq& q : shape) s += q.m;
+  const std::vector<float> q = randn(static_cast<size_t>(s * H * hd), 11), sink = randn(static_cast<size_t>(H), 12);
+  std::vector<int64_t> qpos;
+  std::vector<std::vector<float>> win, comp;
+  std::vector<std::vector<int64_t>> wpos;
+  std::vector<std::vector<uint8_t>> sel;
+  std::mt19937 g(5);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const Seq& sq = shape[i];
+    const int64_t p0 = 3000 + 17 * static_cast<int64_t>(i);  // first query position
+    for (int64_t r = 0; r < sq.m; ++r) qpos.push_back(p0 + r);
+    win.push_back(randn(static_cast<size_t>(sq.t_win * hd), 20 + static_cast<uint32_t>(i)));
+    wpos.emplace_back();
+    for (int64_t j = 0; j < sq.t_win; ++j) wpos.back().push_back(p0 + sq.m - sq.t_win + j);
+    comp.push_back(randn(static_cast<size_t>(std::max<int64_t>(sq.t_comp, 1) * hd), 40 + static_cast<uint32_t>(i)));
+    sel.emplace_back(static_cast<size_t>(sq.m * std::max<int64_t>(sq.t_comp, 1)));
+    for (auto& v : sel.back()) v = (g() % 4 == 0) ? 1 : 0;
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // CPU: one multi-sequence call with host descriptors.
+  std::vector<AttentionSeq> hseqs;
+  std::vector<int32_t> qseq;
+  int64_t r0 = 0, max_win = 0, max_comp = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const Seq& sq = shape[i];
+    hseqs.push_back({.win = win[i].data(), .win_pos = wpos[i].data(), .comp = sq.t_comp ? comp[i].data() : nullptr,
+                     .comp_sel = sq.t_comp ? sel[i].data() : nullptr, .t_win = sq.t_win, .t_comp = sq.t_comp, .q0 = r0});
+    for (int64_t r = 0; r < sq.m; ++r) qseq.push_back(static_cast<int32_t>(i));
+    r0 += sq.m;
+    max_win = std::max(max_win, sq.t_win);
+    max_comp = std::max(max_comp, sq.t_comp);
+  }
+  std::vector<float> ref(q.size());
+  b.cpu->attention({.q = q.data(), .q_pos = qpos.data(), .sink = sink.data(), .out = ref.data(), .s = s, .heads = H,
+                    .head_dim = hd, .window = window, .scale = scale, .seqs = hseqs.data(), .q_seq = qseq.data(),
+                    .n_seqs = static_cast<int64_t>(hseqs.size()), .max_t_win = max_win, .max_t_comp = max_comp});
+  // GPU: the same call with device descriptors.
+  Dev<float> dq(q), dsink(sink), dout(q.size());
+  Dev<int64_t> dqpos(qpos);
+  std::vector<std::unique_ptr<Dev<float>>> dwin, dcomp;
+  std::vector<std::unique_ptr<Dev<int64_t>>> dwpos;
+  std::vector<std::unique_ptr<Dev<uint8_t>>> dsel;
+  std::vector<AttentionSeq> dseqs = hseqs;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    dwin.push_back(std::make_unique<Dev<float>>(win[i]));
+    dwpos.push_back(std::make_unique<Dev<int64_t>>(wpos[i]));
+    dcomp.push_back(std::make_unique<Dev<float>>(comp[i]));
+    dsel.push_back(std::make_unique<Dev<uint8_t>>(sel[i]));
+    dseqs[i].win = dwin[i]->p;
+    dseqs[i].win_pos = dwpos[i]->p;
+    if (shape[i].t_comp) {
+      dseqs[i].comp = dcomp[i]->p;
+      dseqs[i].comp_sel = dsel[i]->p;
+    }
+  }
+  std::vector<uint8_t> seq_bytes(dseqs.size() * sizeof(AttentionSeq));
+  std::memcpy(seq_bytes.data(), dseqs.data(), seq_bytes.size());
+  Dev<uint8_t> dseq_bytes(seq_bytes);
+  Dev<int32_t> dqseq(qseq);
+  b.gpu->attention({.q = dq.p, .q_pos = dqpos.p, .sink = dsink.p, .out = dout.p, .s = s, .heads = H, .head_dim = hd,
+                    .window = window, .scale = scale, .seqs = reinterpret_cast<const AttentionSeq*>(dseq_bytes.p),
+                    .q_seq = dqseq.p, .n_seqs = static_cast<int64_t>(dseqs.size()), .max_t_win = max_win,
+                    .max_t_comp = max_comp});
+  b.gpu->synchronize();
+  const std::vector<float> got = dout.get();
+  EXPECT_LT(rel_err(ref, got), 1e-5);
+  // Each sequence alone (single-sequence form) on the GPU: the same bits.
+  r0 = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const Seq& sq = shape[i];
+    Dev<float> one(static_cast<size_t>(sq.m * H * hd));
+    b.gpu->attention({.q = dq.p + r0 * H * hd, .q_pos = dqpos.p + r0, .win = dwin[i]->p, .win_pos = dwpos[i]->p,
+                      .comp = sq.t_comp ? dcomp[i]->p : nullptr, .comp_sel = sq.t_comp ? dsel[i]->p : nullptr,
+                      .sink = dsink.p, .out = one.p, .s = sq.m, .heads = H, .head_dim = hd, .t_win = sq.t_win,
+                      .t_comp = sq.t_comp, .window = window, .scale = scale});
+    b.gpu->synchronize();
+    const std::vector<float> alone = one.get();
+    EXPECT_EQ(std::memcmp(alone.data(), got.data() + r0 * H * hd, alone.size() * sizeof(float)), 0) << "sequence " << i;
+    r0 += sq.m;
+  }
+}
+
+// copy_batch and dequant_packed_batch against their single forms.
+TEST(CudaMultiSequence, BatchedCopiesAndRingReads) {
+  Backends b;
+  const int64_t dim = 512, block = 32;
+  std::vector<int64_t> rows{3, 0, 127, 1};
+  std::vector<std::vector<uint8_t>> codes, scales;
+  std::mt19937 g(9);
+  for (int64_t r : rows) {
+    codes.emplace_back(static_cast<size_t>(r * dim));
+    scales.emplace_back(static_cast<size_t>(r * dim / block));
+    for (auto& c : codes.back()) c = static_cast<uint8_t>(g() & 0x7E);  // no NaN codes
+    for (auto& c : scales.back()) c = static_cast<uint8_t>(110 + g() % 30);
+  }
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  Dev<float> out(static_cast<size_t>(total * dim));
+  std::vector<std::unique_ptr<Dev<uint8_t>>> dc, ds;
+  std::vector<PackedDesc> descs;
+  std::vector<float> ref(static_cast<size_t>(total * dim));
+  int64_t off = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    dc.push_back(std::make_unique<Dev<uint8_t>>(codes[i]));
+    ds.push_back(std::make_unique<Dev<uint8_t>>(scales[i]));
+    descs.push_back({dc[i]->p, ds[i]->p, out.p + off * dim, rows[i]});
+    if (rows[i]) dequant_fake_quant(FakeQuant::kFp8Pow2, codes[i].data(), scales[i].data(), rows[i], dim, block, ref.data() + off * dim);
+    off += rows[i];
+  }
+  std::vector<uint8_t> bytes(descs.size() * sizeof(PackedDesc));
+  std::memcpy(bytes.data(), descs.data(), bytes.size());
+  Dev<uint8_t> ddesc(bytes);
+  b.gpu->dequant_packed_batch({.kind = FakeQuant::kFp8Pow2, .descs = reinterpret_cast<const PackedDesc*>(ddesc.p),
+                               .n = static_cast<int64_t>(descs.size()), .dim = dim, .block = block, .max_rows = 127});
+  b.gpu->synchronize();
+  const std::vector<float> got = out.get();
+  EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)), 0);
+  // Copies: aligned and unaligned sizes and addresses.
+  std::vector<uint8_t> src(10000), zero(10000, 0);
+  for (auto& v : src) v = static_cast<uint8_t>(g());
+  Dev<uint8_t> dsrc(src), ddst(zero);
+  std::vector<CopyDesc> cps{{ddst.p, dsrc.p, 4096}, {ddst.p + 4096, dsrc.p + 4097, 1001}, {ddst.p + 6000, dsrc.p + 6000, 0}};
+  std::vector<uint8_t> cb(cps.size() * sizeof(CopyDesc));
+  std::memcpy(cb.data(), cps.data(), cb.size());
+  Dev<uint8_t> dcps(cb);
+  b.gpu->copy_batch({.descs = reinterpret_cast<const CopyDesc*>(dcps.p), .n = 3, .max_bytes = 4096});
+  b.gpu->synchronize();
+  const std::vector<uint8_t> dst = ddst.get();
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), 4096), 0);
+  EXPECT_EQ(std::memcmp(dst.data() + 4096, src.data() + 4097, 1001), 0);
+  EXPECT_EQ(dst[5097], 0);
+  EXPECT_EQ(dst[6000], 0);
+}

@@ -17,20 +17,26 @@ void attention(core::ThreadPool& pool, const AttentionArgs& a) {
       const int64_t t = i / a.heads, h = i % a.heads;
       const float* q = a.q + i * d;
       const int64_t p = a.q_pos[t];
+      // The query's entries: the call's, or its sequence's in a multi-sequence call.
+      AttentionSeq e{a.win, a.win_pos, a.comp, a.comp_sel ? a.comp_sel + t * a.t_comp : nullptr, a.t_win, a.t_comp, 0};
+      if (a.seqs) {
+        e = a.seqs[a.q_seq[t]];
+        if (e.comp_sel) e.comp_sel += (t - e.q0) * e.t_comp;
+      }
       logit.clear();
       val.clear();
-      for (int64_t j = 0; j < a.t_win; ++j) {
-        const int64_t kp = a.win_pos[j];
+      for (int64_t j = 0; j < e.t_win; ++j) {
+        const int64_t kp = e.win_pos[j];
         if (kp > p || kp <= p - a.window) continue;
-        const float* k = a.win + j * d;
+        const float* k = e.win + j * d;
         logit.push_back(dot(q, k, d) * a.scale);
         val.push_back(k);
       }
-      if (a.comp && a.comp_sel) {
-        const uint8_t* sel = a.comp_sel + t * a.t_comp;
-        for (int64_t j = 0; j < a.t_comp; ++j) {
+      if (e.comp && e.comp_sel) {
+        const uint8_t* sel = e.comp_sel;
+        for (int64_t j = 0; j < e.t_comp; ++j) {
           if (!sel[j]) continue;
-          const float* k = a.comp + j * d;
+          const float* k = e.comp + j * d;
           logit.push_back(dot(q, k, d) * a.scale);
           val.push_back(k);
         }

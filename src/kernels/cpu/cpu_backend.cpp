@@ -74,6 +74,8 @@ class CpuBackend final : public Backend {
   void moe_combine(const MoeCombineArgs& a) override { cpu::moe_combine(pool_, a); }
   void dequant_packed(const DequantPackedArgs& a) override { cpu::dequant_packed(pool_, a); }
   void fill_random(const RandomFillArgs& a) override { cpu::fill_random(pool_, a); }
+  void copy_batch(const CopyBatchArgs& a) override { cpu::copy_batch(pool_, a); }
+  void dequant_packed_batch(const DequantPackedBatchArgs& a) override { cpu::dequant_packed_batch(pool_, a); }
 
   // Host memory, 64-byte aligned.
   bool host_memory() const override { return true; }

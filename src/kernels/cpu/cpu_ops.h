@@ -37,6 +37,8 @@ void gather_rows(core::ThreadPool& pool, const GatherRowsArgs& a);
 void moe_combine(core::ThreadPool& pool, const MoeCombineArgs& a);
 void dequant_packed(core::ThreadPool& pool, const DequantPackedArgs& a);
 void fill_random(core::ThreadPool& pool, const RandomFillArgs& a);
+void copy_batch(core::ThreadPool& pool, const CopyBatchArgs& a);
+void dequant_packed_batch(core::ThreadPool& pool, const DequantPackedBatchArgs& a);
 
 // Single-block fake quantisers (exposed for unit tests). codes/scale (optional) receive the
 // stored form: FP8 one e4m3 byte per value, FP4 packed pairs (n even), one scale byte.

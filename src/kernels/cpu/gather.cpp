@@ -59,6 +59,20 @@ void dequant_packed(core::ThreadPool&, const DequantPackedArgs& a) {
   dequant_fake_quant(a.kind, a.codes, a.scales, a.rows, a.dim, a.block, a.out);
 }
 
+void copy_batch(core::ThreadPool&, const CopyBatchArgs& a) {
+  for (int64_t i = 0; i < a.n; ++i)
+    if (a.descs[i].bytes > 0) std::memcpy(a.descs[i].dst, a.descs[i].src, static_cast<size_t>(a.descs[i].bytes));
+}
+
+void dequant_packed_batch(core::ThreadPool& pool, const DequantPackedBatchArgs& a) {
+  pool.parallel_for(a.n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const PackedDesc& d = a.descs[i];
+      if (d.rows > 0) dequant_fake_quant(a.kind, d.codes, d.scales, d.rows, a.dim, a.block, d.out);
+    }
+  });
+}
+
 void fill_random(core::ThreadPool& pool, const RandomFillArgs& a) {
   DI_CHECK(a.format == WeightFormat::kF32 || a.format == WeightFormat::kBF16, "fill_random stores float32 or bf16");
   pool.parallel_for(a.n, [&](int64_t i0, int64_t i1) {

@@ -66,6 +66,23 @@ __device__ __forceinline__ void st4(float* d, float a, float b, float c, float e
 
 constexpr int kMaxHeadDim = 1024;  // per-lane registers: head_dim / 32 values
 
+// The entries query t sees: the call's, or its sequence's in a multi-sequence call.
+struct QueryEntries {
+  const float* win;
+  const int64_t* win_pos;
+  const float* comp;
+  const uint8_t* sel;  // the query's selection row, or null
+  int64_t t_win, t_comp;
+};
+__device__ inline QueryEntries entries_of(const AttentionArgs& a, int64_t t) {
+  if (a.seqs) {
+    const AttentionSeq e = a.seqs[a.q_seq[t]];
+    return {e.win, e.win_pos, e.comp, (e.comp && e.comp_sel) ? e.comp_sel + (t - e.q0) * e.t_comp : nullptr, e.t_win,
+            e.t_comp};
+  }
+  return {a.win, a.win_pos, a.comp, (a.comp && a.comp_sel) ? a.comp_sel + t * a.t_comp : nullptr, a.t_win, a.t_comp};
+}
+
 __global__ void attention_k(AttentionArgs a) {
   const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -85,14 +102,15 @@ __global__ void attention_k(AttentionArgs a) {
     for (int64_t i = 0; i < per; ++i) acc[i] = acc[i] * cold + e * k[lane + 32 * i];
     mx = nm;
   };
-  for (int64_t j = 0; j < a.t_win; ++j) {
-    const int64_t kp = a.win_pos[j];
+  const QueryEntries e = entries_of(a, t);
+  for (int64_t j = 0; j < e.t_win; ++j) {
+    const int64_t kp = e.win_pos[j];
     if (kp > p || kp <= p - a.window) continue;
-    visit(a.win + j * d);
+    visit(e.win + j * d);
   }
-  if (a.comp && a.comp_sel)
-    for (int64_t j = 0; j < a.t_comp; ++j)
-      if (a.comp_sel[t * a.t_comp + j]) visit(a.comp + j * d);
+  if (e.sel)
+    for (int64_t j = 0; j < e.t_comp; ++j)
+      if (e.sel[j]) visit(e.comp + j * d);
   for (int64_t i = 0; i < per; ++i) a.out[warp * d + lane + 32 * i] = acc[i] / den;
 }
 
@@ -194,7 +212,7 @@ struct AttnCfg {
 
 template <int DW, int NW>
 __global__ void __launch_bounds__(NW * 32, 1)
-    attention_tiled_k(AttentionArgs a, int nsplit, float* part_o, float* part_ml) {
+    attention_tiled_k(AttentionArgs a, int nsplit, float* part_o, float* part_ml, int64_t t_base) {
   using C = AttnCfg<DW, NW>;
   constexpr int D = C::D, T = C::T, CH = C::CH, HC = kAttnHeads, TN = kAttnTile, R = kAttnPerThread;
   extern __shared__ __align__(16) float smem[];
@@ -208,17 +226,18 @@ __global__ void __launch_bounds__(NW * 32, 1)
   int* s_scan = reinterpret_cast<int*>(smem + C::scanOff);
 
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, dg = lane & 7, hg = lane >> 3;
-  const int64_t t = blockIdx.x;
+  const int64_t tl = blockIdx.x, t = t_base + tl;  // local (partials) and global query row
   const int64_t h0 = static_cast<int64_t>(blockIdx.y) * HC;
   const int split = static_cast<int>(blockIdx.z);
   const int64_t heads = a.heads;
   const int64_t p = a.q_pos[t];
-  const int64_t c_win = a.t_win;
-  const uint8_t* sel = (a.comp && a.comp_sel) ? a.comp_sel + t * a.t_comp : nullptr;
-  const int64_t c_all = c_win + (sel ? a.t_comp : 0);
+  const QueryEntries qe = entries_of(a, t);
+  const int64_t c_win = qe.t_win;
+  const uint8_t* sel = qe.sel;
+  const int64_t c_all = c_win + (sel ? qe.t_comp : 0);
   auto visible = [&](int64_t c) -> int {
     if (c < c_win) {
-      const int64_t kp = a.win_pos[c];
+      const int64_t kp = qe.win_pos[c];
       return (kp <= p && kp > p - a.window) ? 1 : 0;
     }
     return sel[c - c_win] != 0 ? 1 : 0;
@@ -306,7 +325,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
       for (int idx = tid; idx < ne * CPR; idx += T) {
         const int e = idx / CPR, c4 = idx - e * CPR;
         const int c = s_list[e0 + e];
-        const float* src = (c < c_win ? a.win + static_cast<int64_t>(c) * D : a.comp + (static_cast<int64_t>(c) - c_win) * D) + c4 * 4;
+        const float* src = (c < c_win ? qe.win + static_cast<int64_t>(c) * D : qe.comp + (static_cast<int64_t>(c) - c_win) * D) + c4 * 4;
         cp_async16(dst + e * D + c4 * 4, src);
       }
       cp_async_commit();
@@ -416,7 +435,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
       st4(dst, o[j][0] / l, o[j][1] / l, o[j][2] / l, o[j][3] / l);
       if constexpr (DW == 8) st4(dst + 32, o[j][4] / l, o[j][5] / l, o[j][6] / l, o[j][7] / l);
     } else {
-      float* dst = part_o + ((t * nsplit + split) * heads + hh) * D + dbase;
+      float* dst = part_o + ((tl * nsplit + split) * heads + hh) * D + dbase;
       st4(dst, o[j][0], o[j][1], o[j][2], o[j][3]);
       if constexpr (DW == 8) st4(dst + 32, o[j][4], o[j][5], o[j][6], o[j][7]);
     }
@@ -424,14 +443,14 @@ __global__ void __launch_bounds__(NW * 32, 1)
   if (nsplit > 1)
     for (int h = tid; h < HC; h += T)
       if (h0 + h < heads) {
-        float* ml = part_ml + ((t * nsplit + split) * heads + h0 + h) * 2;
+        float* ml = part_ml + ((tl * nsplit + split) * heads + h0 + h) * 2;
         ml[0] = s_m[h];
         ml[1] = s_l[h];
       }
 }
 
 // Merges the splits' partial softmaxes: out = Σ o_i e^(m_i - M) / Σ l_i e^(m_i - M).
-__global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* part_o, const float* part_ml) {
+__global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* part_o, const float* part_ml, int64_t t_base) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t D = a.head_dim;
   if (i >= a.s * a.heads * D) return;
@@ -451,7 +470,7 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
     L += part_ml[r * 2 + 1] * f;
     O += part_o[r * D + d] * f;
   }
-  a.out[i] = O / L;
+  a.out[t_base * a.heads * D + i] = O / L;
 }
 
 template <int DW, int NW>
@@ -468,12 +487,14 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
   const int64_t hb = ceil_div(a.heads, kAttnHeads);
   // Segments: enough for the most entries a query can see (its window plus every compressed
   // entry, at most all candidates); with one segment the kernel finishes the softmax itself.
-  const bool has_comp = a.comp && a.comp_sel;
-  const int64_t bound = std::min<int64_t>(a.t_win + (has_comp ? a.t_comp : 0), a.window + (has_comp ? a.t_comp : 0));
+  const bool multi = a.seqs != nullptr;
+  const int64_t t_win = multi ? a.max_t_win : a.t_win;
+  const int64_t t_comp = multi ? a.max_t_comp : ((a.comp && a.comp_sel) ? a.t_comp : 0);
+  const int64_t bound = std::min<int64_t>(t_win + t_comp, a.window + t_comp);
   const int nsplit = static_cast<int>(std::max<int64_t>(1, ceil_div(bound, kAttnSeg)));
   if (nsplit == 1) {
     const dim3 grid(static_cast<unsigned>(a.s), static_cast<unsigned>(hb), 1);
-    attention_tiled_k<DW, NW><<<grid, C::T, C::bytes, s>>>(a, 1, nullptr, nullptr);
+    attention_tiled_k<DW, NW><<<grid, C::T, C::bytes, s>>>(a, 1, nullptr, nullptr, 0);
     DI_CUDA_LAUNCHED();
     return;
   }
@@ -482,22 +503,18 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
   DI_CUDA_CHECK(cudaMallocAsync(&part_o, static_cast<size_t>(group * nsplit * a.heads * a.head_dim) * sizeof(float), s));
   DI_CUDA_CHECK(cudaMallocAsync(&part_ml, static_cast<size_t>(group * nsplit * a.heads * 2) * sizeof(float), s));
   for (int64_t q0 = 0; q0 < a.s; q0 += group) {
-    AttentionArgs g = a;  // queries [q0, q0 + n) as a launch of their own
-    const int64_t n = std::min(group, a.s - q0);
-    g.q = a.q + q0 * a.heads * a.head_dim;
-    g.q_pos = a.q_pos + q0;
-    g.out = a.out + q0 * a.heads * a.head_dim;
-    if (has_comp) g.comp_sel = a.comp_sel + q0 * a.t_comp;
-    g.s = n;
+    const int64_t n = std::min(group, a.s - q0);  // queries [q0, q0 + n) as one launch
     const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(hb), static_cast<unsigned>(nsplit));
-    attention_tiled_k<DW, NW><<<grid, C::T, C::bytes, s>>>(g, nsplit, part_o, part_ml);
+    attention_tiled_k<DW, NW><<<grid, C::T, C::bytes, s>>>(a, nsplit, part_o, part_ml, q0);
     DI_CUDA_LAUNCHED();
+    AttentionArgs g = a;
+    g.s = n;
     const int64_t total = n * a.heads * a.head_dim;
-    attention_combine_k<<<static_cast<unsigned>(ceil_div(total, 256)), 256, 0, s>>>(g, nsplit, part_o, part_ml);
+    attention_combine_k<<<static_cast<unsigned>(ceil_div(total, 256)), 256, 0, s>>>(g, nsplit, part_o, part_ml, q0);
     DI_CUDA_LAUNCHED();
   }
   DI_CUDA_CHECK(cudaFreeAsync(part_o, s));
-  DI_CUDA_CHECK(cudaFreeAsync(part_ml, s));
+
 }
 
 // ---------------------------------------------------------------------------------------
@@ -804,8 +821,11 @@ unsigned grid(int64_t n) { return static_cast<unsigned>(ceil_div(n, kThreads)); 
 void attention(const AttentionArgs& a, cudaStream_t s) {
   if (a.s * a.heads == 0) return;
   const bool comp = a.comp && a.comp_sel && a.t_comp > 0;
-  const bool fast = !legacy_forced() && aligned16(a.q) && aligned16(a.out) && (a.t_win == 0 || aligned16(a.win)) &&
-                    (!comp || aligned16(a.comp)) && a.t_win + (comp ? a.t_comp : 0) < (int64_t{1} << 30) &&
+  // A multi-sequence call's entries are rows of float buffers: 16-byte aligned when the row is.
+  const bool entries_aligned = a.seqs ? a.head_dim % 4 == 0 && a.max_t_win + a.max_t_comp < (int64_t{1} << 30)
+                                      : (a.t_win == 0 || aligned16(a.win)) && (!comp || aligned16(a.comp)) &&
+                                            a.t_win + (comp ? a.t_comp : 0) < (int64_t{1} << 30);
+  const bool fast = !legacy_forced() && aligned16(a.q) && aligned16(a.out) && entries_aligned &&
                     ceil_div(a.heads, kAttnHeads) <= 65535;
   if (fast) {
     switch (a.head_dim) {

@@ -144,6 +144,8 @@ class CudaBackend final : public Backend {
 
   Precision precision() const override { return precision_; }
   void fill_random(const RandomFillArgs& a) override { cuda::fill_random(a, stream_); }
+  void copy_batch(const CopyBatchArgs& a) override { cuda::copy_batch(a, stream_); }
+  void dequant_packed_batch(const DequantPackedBatchArgs& a) override { cuda::dequant_packed_batch(a, stream_); }
 
   // y = x · wᵀ through cuBLAS: float32 SGEMM (pedantic) or bf16 GemmEx on tensor cores.
   // Batch-invariant mode runs every product as fixed-shape tiles of kTile rows (the last one

@@ -36,6 +36,8 @@ void dequant_packed(const DequantPackedArgs& a, cudaStream_t s);
 void to_bf16(const float* x, int64_t m, int64_t mp, int64_t k, int64_t ldx, void* out, cudaStream_t s);
 void dequant_bf16(const WeightView& w, int64_t row0, int64_t n, void* out, cudaStream_t s);
 void fill_random(const RandomFillArgs& a, cudaStream_t s);
+void copy_batch(const CopyBatchArgs& a, cudaStream_t s);
+void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s);
 // Rows [row0, row0 + n) of w as float32: out [n, w.cols] (device).
 void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStream_t s);
 

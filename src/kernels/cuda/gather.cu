@@ -7,6 +7,8 @@
 // x86_mul, which is __fmul_rn for numbers and gives the NaN an x86 multiply gives (the NaN
 // operand, quieted; a NaN made by the multiply itself is 0xFFC00000) instead of the GPU's
 // canonical 0x7FFFFFFF. Sums are __fadd_rn in the reference's order.
+#include <algorithm>
+
 #include "kernels/cuda/cuda_ops.h"
 
 namespace deepinfer::kernels::cuda {
@@ -113,10 +115,9 @@ __global__ void moe_combine_k(MoeCombineArgs a) {
   }
 }
 
-// One thread per value, as dequant_fake_quant.
-__global__ void dequant_packed_k(int kind, const uint8_t* codes, const uint8_t* scales, float* out, int64_t n, int64_t block) {
-  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (e >= n) return;
+// Value e of packed rows, as dequant_fake_quant.
+__device__ inline void dequant_packed_at(int kind, const uint8_t* codes, const uint8_t* scales, float* out, int64_t e,
+                                         int64_t block) {
   const int64_t b = e / block, i = e % block;
   const float s = kind == static_cast<int>(FakeQuant::kFp4E4m3) ? e4m3_exact(scales[b]) : e8m0_exact(scales[b]);
   float v;
@@ -127,6 +128,36 @@ __global__ void dequant_packed_k(int kind, const uint8_t* codes, const uint8_t* 
     v = e2m1_exact(i % 2 == 0 ? (byte & 0xFu) : static_cast<uint32_t>(byte >> 4));
   }
   out[e] = x86_mul(v, s);
+}
+
+// One thread per value.
+__global__ void dequant_packed_k(int kind, const uint8_t* codes, const uint8_t* scales, float* out, int64_t n, int64_t block) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e < n) dequant_packed_at(kind, codes, scales, out, e, block);
+}
+
+// blockIdx.y: the range; x: its values.
+__global__ void dequant_packed_batch_k(DequantPackedBatchArgs a, int64_t first) {
+  const PackedDesc d = a.descs[first + blockIdx.y];
+  const int64_t n = d.rows * (a.dim / a.block) * a.block;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dequant_packed_at(static_cast<int>(a.kind), d.codes, d.scales, d.out, e, a.block);
+}
+
+// blockIdx.y: the copy; 16-byte words when every address and the size allow, else bytes.
+__global__ void copy_batch_k(CopyBatchArgs a, int64_t first) {
+  const CopyDesc d = a.descs[first + blockIdx.y];
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x, i0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (((reinterpret_cast<uintptr_t>(d.dst) | reinterpret_cast<uintptr_t>(d.src) | static_cast<uintptr_t>(d.bytes)) & 15u) == 0) {
+    const uint4* src = static_cast<const uint4*>(d.src);
+    uint4* dst = static_cast<uint4*>(d.dst);
+    for (int64_t i = i0; i < d.bytes / 16; i += stride) dst[i] = src[i];
+  } else {
+    const uint8_t* src = static_cast<const uint8_t*>(d.src);
+    uint8_t* dst = static_cast<uint8_t*>(d.dst);
+    for (int64_t i = i0; i < d.bytes; i += stride) dst[i] = src[i];
+  }
 }
 
 }  // namespace
@@ -157,6 +188,27 @@ void moe_combine(const MoeCombineArgs& a, cudaStream_t s) {
   if (a.n <= 0 || a.dim <= 0) return;
   moe_combine_k<<<static_cast<unsigned>(a.n), kThreads, static_cast<size_t>(a.k > 0 ? a.k : 1) * sizeof(int), s>>>(a);
   DI_CUDA_LAUNCHED();
+}
+
+void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s) {
+  if (a.n <= 0 || a.block <= 0 || a.max_rows <= 0) return;
+  const int64_t per = a.max_rows * a.dim;
+  const unsigned bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(per, kThreads), 1024));
+  for (int64_t first = 0; first < a.n; first += 65535) {
+    const unsigned by = static_cast<unsigned>(std::min<int64_t>(a.n - first, 65535));
+    dequant_packed_batch_k<<<dim3(bx, by), kThreads, 0, s>>>(a, first);
+    DI_CUDA_LAUNCHED();
+  }
+}
+
+void copy_batch(const CopyBatchArgs& a, cudaStream_t s) {
+  if (a.n <= 0 || a.max_bytes <= 0) return;
+  const unsigned bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(a.max_bytes, kThreads * 16), 1024));
+  for (int64_t first = 0; first < a.n; first += 65535) {
+    const unsigned by = static_cast<unsigned>(std::min<int64_t>(a.n - first, 65535));
+    copy_batch_k<<<dim3(bx, by), kThreads, 0, s>>>(a, first);
+    DI_CUDA_LAUNCHED();
+  }
 }
 
 void dequant_packed(const DequantPackedArgs& a, cudaStream_t s) {
