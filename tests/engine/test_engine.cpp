@@ -216,3 +216,33 @@ TEST(Engine, BadRequestsFailAloneWithAMessage) {
   EXPECT_NE(outs[3].error.find("empty"), std::string::npos) << outs[3].error;
   EXPECT_NE(outs[4].error.find("top_p"), std::string::npos) << outs[4].error;
 }
+
+TEST(Engine, DeviceAndDtypeAreCheckedAndBf16EmulationRuns) {
+  EngineConfig bad = random_config();
+  bad.device = "tpu";
+  try {
+    LLM llm(bad);
+    ADD_FAILURE() << "device 'tpu' accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("device 'tpu'"), std::string::npos) << e.what();
+  }
+  bad = random_config();
+  bad.dtype = "float16";
+  try {
+    LLM llm(bad);
+    ADD_FAILURE() << "dtype 'float16' accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("dtype 'float16'"), std::string::npos) << e.what();
+  }
+  // bfloat16 on the CPU (an emulation of the GPU's rounding) runs the engine end to end.
+  EngineConfig c = random_config();
+  c.dtype = "bfloat16";
+  LLM llm(c);
+  SamplingParams sp;
+  sp.max_tokens = 4;
+  sp.temperature = 0;
+  auto outs = llm.generate({Prompt::from_ids({3, 4, 5})}, sp);
+  ASSERT_EQ(outs.size(), 1u);
+  ASSERT_TRUE(outs[0].error.empty()) << outs[0].error;
+  EXPECT_EQ(outs[0].outputs[0].token_ids.size(), 4u);
+}
