@@ -15,8 +15,7 @@ cmake --build --preset debug-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset debug-asan
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   # No GPU here: compile the CUDA backend, the GPU tests, the CLI and the GPU benchmarks so they
-  # cannot rot (they run on
-  # the device machine through scripts/device_run.sh).
+  # cannot rot (they run on the device machine through scripts/device_run.sh).
   echo "== CUDA backend compile check (sm_90a)"
   export PATH=$PATH:/usr/local/cuda/bin
   cmake --preset cuda >/dev/null
