@@ -31,7 +31,8 @@ struct EngineConfig {
   int64_t max_num_batched_tokens = 2048;   // tokens per step (chunked prefill budget)
   int64_t max_num_seqs = 64;               // sequences running at once
   int64_t memory_budget_bytes = 0;         // per-sequence state budget; 0 = unlimited
-  double memory_fraction = 0.0;            // alternative: this fraction of physical RAM (0 = unused)
+  double memory_fraction = 0.0;            // alternative: this fraction of physical RAM (CPU) or of the GPU
+                                           // memory free after loading (CUDA); 0 = unused
   bool exact_prefill = false;              // true: every layer on every prompt row (no CED replay)
 };
 

@@ -1,8 +1,6 @@
 // LLM: the public offline API on top of the engine (load once, generate many).
 #include "deepinfer/llm.h"
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -30,10 +28,8 @@ struct LLM::Impl {
     o.sched.replay_tail = lm.model->config().sliding_window;
     o.sched.replay_supported = lm.model->late_layer_start() < lm.model->config().num_hidden_layers;
     o.memory_budget_bytes = cfg.memory_budget_bytes;
-    if (o.memory_budget_bytes <= 0 && cfg.memory_fraction > 0) {
-      const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-      o.memory_budget_bytes = static_cast<int64_t>(ram * cfg.memory_fraction);
-    }
+    if (o.memory_budget_bytes <= 0 && cfg.memory_fraction > 0)  // of RAM, or of free GPU memory after loading
+      o.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(lm.model->backend().memory_available()) * cfg.memory_fraction);
     o.seed = cfg.seed;
     o.on_text = on_text;
     o.grammars = grammars;

@@ -337,6 +337,8 @@ class Backend {
   virtual void download(void* dst, const void* src, int64_t bytes) = 0;  // backend -> host
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;      // backend -> backend, no overlap
   virtual void zero(void* p, int64_t bytes) = 0;
+  // Bytes a memory budget may draw on: physical RAM (CPU), free device memory now (CUDA).
+  virtual int64_t memory_available() const = 0;
 
   virtual void gather_weight_rows(const GatherWeightRowsArgs& a) = 0;
   virtual void scale(const ScaleArgs& a) = 0;

@@ -22,6 +22,7 @@ class Forwarding : public Backend {
  public:
   explicit Forwarding(std::unique_ptr<Backend> dev) : d_(std::move(dev)) {}
   bool host_memory() const override { return d_->host_memory(); }
+  int64_t memory_available() const override { return d_->memory_available(); }
   Precision precision() const override { return d_->precision(); }
   void* alloc(int64_t b) override { return d_->alloc(b); }
   void release(void* p) override { d_->release(p); }

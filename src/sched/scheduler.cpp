@@ -88,14 +88,26 @@ StepPlan Scheduler::schedule() {
     running_.push_back(s);
     std::sort(running_.begin(), running_.end(), [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
   }
-  if (plan.chunks.empty() && has_work() && running_.empty() && !waiting_.empty()) {
+  if (plan.chunks.empty() && has_work() && (!running_.empty() || !waiting_.empty())) {
     // Nothing fits even with every other sequence preempted: run the oldest alone, over
-    // budget, rather than stall (the budget is a target, not a hard limit).
-    Sequence* s = waiting_.front();
+    // budget, rather than stall (the budget is a target, not a hard limit). The oldest is a
+    // running sequence when one is left (it keeps its state), else the first waiting one.
+    Sequence* s = nullptr;
+    if (!running_.empty()) {
+      s = running_.front();  // sorted by id: the oldest
+      const std::vector<Sequence*> others(running_.begin() + 1, running_.end());
+      for (Sequence* r : others) {
+        preempt(r);
+        ++plan.n_preempted;
+      }
+    } else {
+      s = waiting_.front();
+      waiting_.pop_front();
+      s->status = SeqStatus::kRunning;
+      running_.push_back(s);
+    }
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()) - s->num_computed, cfg_.max_num_batched_tokens);
-    waiting_.pop_front();
-    s->status = SeqStatus::kRunning;
-    running_.push_back(s);
+    if (n <= 0) return plan;
     cache_.acquire(s->id);
     cache_.reserve(s->id, s->num_computed + n);
     plan.chunks.push_back({s, s->num_computed, n, replay_from(*s, s->num_computed, n),

@@ -246,3 +246,23 @@ TEST(Engine, DeviceAndDtypeAreCheckedAndBf16EmulationRuns) {
   ASSERT_TRUE(outs[0].error.empty()) << outs[0].error;
   EXPECT_EQ(outs[0].outputs[0].token_ids.size(), 4u);
 }
+
+TEST(Engine, MemoryFractionBudgetsTheBackendsMemory) {
+  // A fraction so small that the budget holds less than one sequence: requests then run one
+  // at a time (the budget is a target, never a stall), with the same outputs.
+  SamplingParams sp;
+  sp.max_tokens = 3;
+  sp.temperature = 0;
+  std::vector<Prompt> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(Prompt::from_ids({3 + i, 4, 5, 6}));
+  EngineConfig c = random_config();
+  LLM free_llm(c);
+  const auto a = free_llm.generate(prompts, sp);
+  const int64_t free_steps = free_llm.last_stats().steps;
+  c.memory_fraction = 1e-9;  // tens of bytes of RAM: positive, and less than one sequence
+  LLM tight(c);
+  const auto b = tight.generate(prompts, sp);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].outputs[0].token_ids, b[i].outputs[0].token_ids) << i;
+  EXPECT_GT(tight.last_stats().steps, free_steps);
+}

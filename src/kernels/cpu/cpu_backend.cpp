@@ -3,6 +3,8 @@
 #include <memory>
 #include <new>
 
+#include <unistd.h>
+
 #include <vector>
 
 #include "core/dtype.h"
@@ -79,6 +81,9 @@ class CpuBackend final : public Backend {
 
   // Host memory, 64-byte aligned.
   bool host_memory() const override { return true; }
+  int64_t memory_available() const override {
+    return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
+  }
   void* alloc(int64_t bytes) override {
     return ::operator new(static_cast<size_t>(std::max<int64_t>(bytes, 1)), std::align_val_t(64));
   }

@@ -58,6 +58,11 @@ class CudaBackend final : public Backend {
   const char* name() const override { return "cuda"; }
 
   bool host_memory() const override { return false; }
+  int64_t memory_available() const override {
+    size_t free = 0, total = 0;
+    DI_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return static_cast<int64_t>(free);
+  }
   // Stream-ordered: the memory may be used by ops issued after alloc and before release
   // (every op runs on the one stream, so a block released now is free for any later op).
   // Blocks up to kCacheMax bytes come from per-size-class free lists, so the model's many
