@@ -1,6 +1,9 @@
 // The CUDA backend's op functions (device pointers in every args struct), one file per op
-// family: elementwise.cu, attention.cu, gather.cu (gathers, scale, MoE combine, packed
-// dequantisation), cuda_backend.cu (matmul, memory and the Backend object).
+// family: elementwise.cu (norms, RoPE, fake quantisation, mHC, SwiGLU, Engram gate),
+// attention.cu, indexer.cu, select.cu (top-k, candidate blocks, router), gather.cu (gathers,
+// scale, MoE combine, packed dequantisation, batched copies), matmul.cu (bf16 conversion,
+// random fills), cuda_backend.cu (matmul, memory and the Backend object); tiling.cuh holds the
+// helpers the attention/indexer/selection kernels share.
 #pragma once
 
 #include <cuda_runtime.h>

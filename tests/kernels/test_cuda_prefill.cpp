@@ -1,0 +1,375 @@
+// CUDA parity at prefill shapes (attention, indexer scores, top-k, candidate blocks at up to
+// 4096 queries) and of the multi-sequence forms (one attention call for several sequences,
+// batched copies and ring reads). Built with DEEPINFER_CUDA=ON only.
+#include <gtest/gtest.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda_test_util.h"
+#include "model/quantize.h"
+
+using namespace deepinfer;
+using namespace deepinfer::kernels;
+using namespace deepinfer::cuda_test;
+
+namespace {
+
+double finite_rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0, d = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(a[i]) || std::isinf(b[i]) || std::isnan(a[i]) || std::isnan(b[i])) {
+      if (!(a[i] == b[i])) return INFINITY;
+      continue;
+    }
+    m = std::max(m, static_cast<double>(std::fabs(a[i])));
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return m > 0 ? d / m : d;
+}
+
+// Byte-for-byte equality of two selections [rows, n]; names the first difference.
+::testing::AssertionResult same_selection(const std::vector<uint8_t>& cpu, const std::vector<uint8_t>& gpu, int64_t n) {
+  if (cpu.size() != gpu.size()) return ::testing::AssertionFailure() << "sizes " << cpu.size() << " vs " << gpu.size();
+  size_t diffs = 0, first = 0;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    if (cpu[i] != gpu[i] && diffs++ == 0) first = i;
+  if (!diffs) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << diffs << " differences, first at row " << first / static_cast<size_t>(n) << " col "
+                                       << first % static_cast<size_t>(n) << ": cpu " << int{cpu[first]} << " gpu " << int{gpu[first]};
+}
+
+// One attention call on both backends. Queries at positions p0 .. p0+S-1 (query 0 moved before
+// every entry when `blind_first`); window entries: `cached` before the chunk plus the chunk's
+// own, in shuffled (ring) order, plus `stale` old ones nobody sees; `n_sel` random compressed
+// entries of t_comp selected per query (none for the last query).
+void check_attention(Backends& b, int64_t S, int64_t H, int64_t hd, int64_t window, int64_t cached, int64_t stale,
+                     int64_t t_comp, int64_t n_sel, bool blind_first, uint32_t seed, const std::string& what) {
+  std::mt19937 g(seed);
+  const int64_t p0 = 5000, tw = cached + S + stale;
+  std::vector<int64_t> qpos(static_cast<size_t>(S)), wpos(static_cast<size_t>(tw));
+  for (int64_t i = 0; i < S; ++i) qpos[static_cast<size_t>(i)] = p0 + i;
+  if (blind_first) qpos[0] = p0 - cached - window - stale - 1000;
+  for (int64_t i = 0; i < cached + S; ++i) wpos[static_cast<size_t>(i)] = p0 - cached + i;
+  for (int64_t i = 0; i < stale; ++i) wpos[static_cast<size_t>(cached + S + i)] = p0 - cached - window - 1 - i;
+  std::shuffle(wpos.begin(), wpos.end(), g);
+  auto q = randn(static_cast<size_t>(S * H * hd), seed + 1, 1.5f), win = randn(static_cast<size_t>(tw * hd), seed + 2),
+       comp = randn(static_cast<size_t>(std::max<int64_t>(t_comp, 1) * hd), seed + 3), sink = randn(static_cast<size_t>(H), seed + 4);
+  std::vector<uint8_t> sel(static_cast<size_t>(S * std::max<int64_t>(t_comp, 1)), 0);
+  std::vector<int64_t> perm(static_cast<size_t>(t_comp));
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t s = 0; s < S; ++s) {
+    if ((blind_first && s == 0) || (S > 1 && s == S - 1)) continue;
+    std::shuffle(perm.begin(), perm.end(), g);
+    for (int64_t j = 0; j < std::min(n_sel, t_comp); ++j) sel[static_cast<size_t>(s * t_comp + perm[static_cast<size_t>(j)])] = 1;
+  }
+  const bool with_comp = t_comp > 0;
+  const float sc = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> out(q.size());
+  b.cpu->attention({.q = q.data(), .q_pos = qpos.data(), .win = win.data(), .win_pos = wpos.data(), .comp = with_comp ? comp.data() : nullptr,
+                    .comp_sel = with_comp ? sel.data() : nullptr, .sink = sink.data(), .out = out.data(), .s = S, .heads = H,
+                    .head_dim = hd, .t_win = tw, .t_comp = t_comp, .window = window, .scale = sc});
+  Dev<float> dq(q), dwin(win), dcomp(comp), dsink(sink), dout(std::vector<float>(out.size(), NAN));
+  Dev<int64_t> dqpos(qpos), dwpos(wpos);
+  Dev<uint8_t> dsel(sel);
+  b.gpu->attention({.q = dq.p, .q_pos = dqpos.p, .win = dwin.p, .win_pos = dwpos.p, .comp = with_comp ? dcomp.p : nullptr,
+                    .comp_sel = with_comp ? dsel.p : nullptr, .sink = dsink.p, .out = dout.p, .s = S, .heads = H, .head_dim = hd,
+                    .t_win = tw, .t_comp = t_comp, .window = window, .scale = sc});
+  b.gpu->synchronize();
+  const auto got = dout.get();
+  const double e = rel_err(out, got);
+  EXPECT_LT(e, 1e-5) << what;
+  std::printf("attention %-44s rel err %.2e\n", what.c_str(), e);
+  if (blind_first) {  // the query that sees nothing: only the sink, a zero output
+    for (int64_t i = 0; i < H * hd; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], 0.0f) << what;
+  }
+}
+
+TEST(CudaPrefill, AttentionReleasedShapes) {
+  Backends b;
+  // 64 heads x 512, window 128, 512 of 2048 compressed entries selected per query.
+  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 (split in 2)");
+  check_attention(b, 300, 64, 512, 128, 127, 50, 2048, 512, false, 108, "S=300 64x512 (one CTA per query and 32 heads)");
+  check_attention(b, 8, 64, 512, 128, 127, 50, 2048, 512, true, 101, "S=8 64x512 (split over the entries)");
+  check_attention(b, 1, 64, 512, 128, 127, 0, 2048, 512, false, 102, "S=1 64x512 (split)");
+  check_attention(b, 200, 64, 512, 128, 127, 9, 0, 0, false, 103, "S=200 64x512 window only");
+  check_attention(b, 8, 64, 512, 128, 40, 3, 700, 700, true, 104, "S=8 64x512 short cache, all selected");
+  check_attention(b, 3, 64, 512, 4096, 4000, 0, 300, 120, false, 105, "S=3 64x512 window 4096 (split)");
+  check_attention(b, 280, 8, 512, 4096, 4000, 0, 300, 120, false, 106, "S=280 8x512 window 4096 (list in batches)");
+  check_attention(b, 300, 4, 32, 4096, 4000, 0, 300, 120, false, 107, "S=300 4x32 window 4096 (list in batches)");
+}
+
+TEST(CudaPrefill, AttentionOtherShapes) {
+  Backends b;
+  struct Shape { int64_t H, hd; };
+  for (Shape sh : {Shape{4, 32}, Shape{40, 128}, Shape{8, 64}, Shape{33, 256}, Shape{3, 96}}) {
+    for (int64_t S : {int64_t{3}, int64_t{140}}) {
+      const std::string what = "S=" + std::to_string(S) + " " + std::to_string(sh.H) + "x" + std::to_string(sh.hd);
+      check_attention(b, S, sh.H, sh.hd, 16, 20, 5, 200, 30, S == 3, 200 + static_cast<uint32_t>(sh.hd + S), what);
+    }
+  }
+}
+
+void check_indexer(Backends& b, int64_t S, int64_t T, int64_t H, int64_t dim, int64_t ratio, bool decreasing, uint32_t seed) {
+  auto q = randn(static_cast<size_t>(S * H * dim), seed), k = randn(static_cast<size_t>(T * dim), seed + 1),
+       w = randn(static_cast<size_t>(S * H), seed + 2, 0.3f);
+  std::vector<int64_t> pos(static_cast<size_t>(S));
+  std::mt19937 g(seed + 3);
+  std::uniform_int_distribution<int64_t> pick(0, T * ratio + 20);
+  for (int64_t i = 0; i < S; ++i) pos[static_cast<size_t>(i)] = decreasing ? std::max<int64_t>(0, T * ratio - 1 - 16 * i) : pick(g);
+  std::vector<float> cpu(static_cast<size_t>(S * T));
+  b.cpu->indexer_scores({.q = q.data(), .k = k.data(), .w = w.data(), .q_pos = pos.data(), .scores = cpu.data(), .s = S, .heads = H,
+                         .dim = dim, .t = T, .ratio = ratio, .score_scale = 0.088f});
+  Dev<float> dq(q), dk(k), dw(w), dsc(std::vector<float>(cpu.size(), NAN));
+  Dev<int64_t> dpos(pos);
+  b.gpu->indexer_scores({.q = dq.p, .k = dk.p, .w = dw.p, .q_pos = dpos.p, .scores = dsc.p, .s = S, .heads = H, .dim = dim, .t = T,
+                         .ratio = ratio, .score_scale = 0.088f});
+  b.gpu->synchronize();
+  const double e = finite_rel_err(cpu, dsc.get());
+  EXPECT_LT(e, 1e-5) << "indexer S=" << S << " T=" << T << " heads " << H << " dim " << dim;
+  std::printf("indexer S=%lld T=%lld heads %lld dim %lld ratio %lld: rel err %.2e\n", static_cast<long long>(S), static_cast<long long>(T),
+              static_cast<long long>(H), static_cast<long long>(dim), static_cast<long long>(ratio), e);
+}
+
+TEST(CudaPrefill, IndexerScores) {
+  Backends b;
+  check_indexer(b, 512, 2048, 32, 128, 4, true, 300);   // released dims, causal mask over whole tiles
+  check_indexer(b, 77, 333, 32, 128, 1, false, 310);    // ragged tiles
+  check_indexer(b, 37, 300, 8, 32, 2, false, 320);      // fixture dims
+  check_indexer(b, 9, 130, 64, 68, 1, false, 330);      // dim not a multiple of the 32-wide chunk
+  check_indexer(b, 11, 50, 5, 12, 1, false, 340);       // heads not dividing 128: the fallback
+}
+
+// Scores with many exact ties (a few distinct values), ±0, -inf; per-row patterns: all -inf,
+// fewer finite than k, all distinct, all equal.
+std::vector<float> tie_scores(int64_t rows, int64_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd;
+  std::uniform_real_distribution<float> u;
+  std::vector<float> v(static_cast<size_t>(rows * n));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      float& x = v[static_cast<size_t>(r * n + j)];
+      const float z = nd(g), c = u(g);
+      switch (r % 7) {
+        case 0: x = -INFINITY; break;
+        case 1: x = c < 0.05f ? std::round(z * 2) / 2 : -INFINITY; break;
+        case 2: x = z; break;
+        case 3: x = 0.75f; break;
+        default:
+          x = c < 0.2f ? -INFINITY : c < 0.25f ? (c < 0.225f ? -0.0f : 0.0f) : std::round(z * 3) / 4;
+          if (c > 0.999f) x = INFINITY;
+      }
+    }
+  return v;
+}
+
+void check_topk(Backends& b, int64_t rows, int64_t n, int64_t k, bool restrict, uint32_t seed) {
+  const auto sc = tie_scores(rows, n, seed);
+  std::vector<uint8_t> rs = random_bytes(static_cast<size_t>(rows * n), seed + 1, 0, 4);
+  for (auto& x : rs) x = x != 0;
+  std::vector<uint8_t> cpu(sc.size());
+  b.cpu->topk_mask({.scores = sc.data(), .restrict_to = restrict ? rs.data() : nullptr, .selected = cpu.data(), .s = rows, .t = n, .k = k});
+  Dev<float> dsc(sc);
+  Dev<uint8_t> drs(rs), dsel(std::vector<uint8_t>(sc.size(), 7));
+  b.gpu->topk_mask({.scores = dsc.p, .restrict_to = restrict ? drs.p : nullptr, .selected = dsel.p, .s = rows, .t = n, .k = k});
+  b.gpu->synchronize();
+  EXPECT_TRUE(same_selection(cpu, dsel.get(), n)) << "topk rows " << rows << " n " << n << " k " << k << " restrict " << restrict;
+}
+
+TEST(CudaPrefill, TopkMask) {
+  Backends b;
+  check_topk(b, 4096, 2048, 512, false, 400);
+  check_topk(b, 4096, 2048, 512, true, 410);
+  check_topk(b, 70, 2048, 2048, true, 420);  // k = n
+  check_topk(b, 70, 1000, 3000, false, 430); // k > n
+  check_topk(b, 70, 1000, 1, true, 440);
+  check_topk(b, 70, 1000, 0, false, 450);
+  check_topk(b, 7, 40, 6, true, 460);        // fixture size
+}
+
+void check_candidates(Backends& b, int64_t rows, int64_t T, int64_t ratio, int64_t bs, int64_t topk_blocks, uint32_t seed) {
+  auto sc = tie_scores(rows, T, seed);
+  std::vector<int64_t> pos(static_cast<size_t>(rows));
+  std::mt19937 g(seed + 1);
+  std::uniform_int_distribution<int64_t> pick(0, T * ratio + 3 * bs * ratio);
+  for (int64_t r = 0; r < rows; ++r) {
+    pos[static_cast<size_t>(r)] = r % 11 == 5 ? 0 : pick(g);
+    const int64_t vis = (pos[static_cast<size_t>(r)] + 1) / ratio;
+    for (int64_t j = vis; j < T; ++j) sc[static_cast<size_t>(r * T + j)] = -INFINITY;  // invisible, as the indexer writes them
+  }
+  std::vector<uint8_t> cpu(sc.size());
+  b.cpu->candidate_blocks({.scores = sc.data(), .q_pos = pos.data(), .keep = cpu.data(), .s = rows, .t = T, .ratio = ratio, .block_size = bs,
+                           .topk_blocks = topk_blocks});
+  Dev<float> dsc(sc);
+  Dev<int64_t> dpos(pos);
+  Dev<uint8_t> dkeep(std::vector<uint8_t>(sc.size(), 7));
+  b.gpu->candidate_blocks({.scores = dsc.p, .q_pos = dpos.p, .keep = dkeep.p, .s = rows, .t = T, .ratio = ratio, .block_size = bs,
+                           .topk_blocks = topk_blocks});
+  b.gpu->synchronize();
+  EXPECT_TRUE(same_selection(cpu, dkeep.get(), T)) << "candidates rows " << rows << " t " << T << " block " << bs << " topk " << topk_blocks;
+}
+
+TEST(CudaPrefill, CandidateBlocks) {
+  Backends b;
+  check_candidates(b, 4096, 2048, 4, 8, 64, 500);
+  check_candidates(b, 512, 2045, 1, 8, 100, 510);  // partial last block
+  check_candidates(b, 100, 2048, 4, 8, 2048, 520); // topk_blocks > blocks
+  check_candidates(b, 64, 333, 2, 5, 7, 530);
+  check_candidates(b, 7, 40, 2, 4, 3, 540);        // fixture size
+}
+
+}  // namespace
+
+// Several sequences in one attention call (AttentionArgs.seqs): the CPU reference, and each
+// query's output bitwise equal to its sequence attended alone on the GPU (batch invariance).
+TEST(CudaMultiSequence, AttentionMatchesTheCpuAndEachSequenceAlone) {
+  Backends b;
+  const int64_t H = 64, hd = 512, window = 128;
+  struct Seq {
+    int64_t m, t_win, t_comp;
+  };
+  const std::vector<Seq> shape{{1, 128, 2048}, {5, 40, 0}, {1, 10, 300}, {3, 130, 64}};
+  int64_t s = 0;
+  for (const Seq& q : shape) s += q.m;
+  const std::vector<float> q = randn(static_cast<size_t>(s * H * hd), 11), sink = randn(static_cast<size_t>(H), 12);
+  std::vector<int64_t> qpos;
+  std::vector<std::vector<float>> win, comp;
+  std::vector<std::vector<int64_t>> wpos;
+  std::vector<std::vector<uint8_t>> sel;
+  std::mt19937 g(5);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const Seq& sq = shape[i];
+    const int64_t p0 = 3000 + 17 * static_cast<int64_t>(i);  // first query position
+    for (int64_t r = 0; r < sq.m; ++r) qpos.push_back(p0 + r);
+    win.push_back(randn(static_cast<size_t>(sq.t_win * hd), 20 + static_cast<uint32_t>(i)));
+    wpos.emplace_back();
+    for (int64_t j = 0; j < sq.t_win; ++j) wpos.back().push_back(p0 + sq.m - sq.t_win + j);
+    comp.push_back(randn(static_cast<size_t>(std::max<int64_t>(sq.t_comp, 1) * hd), 40 + static_cast<uint32_t>(i)));
+    sel.emplace_back(static_cast<size_t>(sq.m * std::max<int64_t>(sq.t_comp, 1)));
+    for (auto& v : sel.back()) v = (g() % 4 == 0) ? 1 : 0;
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // CPU: one multi-sequence call with host descriptors.
+  std::vector<AttentionSeq> hseqs;
+  std::vector<int32_t> qseq;
+  int64_t r0 = 0, max_win = 0, max_comp = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const Seq& sq = shape[i];
+    hseqs.push_back({.win = win[i].data(), .win_pos = wpos[i].data(), .comp = sq.t_comp ? comp[i].data() : nullptr,
+                     .comp_sel = sq.t_comp ? sel[i].data() : nullptr, .t_win = sq.t_win, .t_comp = sq.t_comp, .q0 = r0});
+    for (int64_t r = 0; r < sq.m; ++r) qseq.push_back(static_cast<int32_t>(i));
+    r0 += sq.m;
+    max_win = std::max(max_win, sq.t_win);
+    max_comp = std::max(max_comp, sq.t_comp);
+  }
+  std::vector<float> ref(q.size());
+  b.cpu->attention({.q = q.data(), .q_pos = qpos.data(), .sink = sink.data(), .out = ref.data(), .s = s, .heads = H,
+                    .head_dim = hd, .window = window, .scale = scale, .seqs = hseqs.data(), .q_seq = qseq.data(),
+                    .n_seqs = static_cast<int64_t>(hseqs.size()), .max_t_win = max_win, .max_t_comp = max_comp});
+  // GPU: the same call with device descriptors.
+  Dev<float> dq(q), dsink(sink), dout(q.size());
+  Dev<int64_t> dqpos(qpos);
+  std::vector<std::unique_ptr<Dev<float>>> dwin, dcomp;
+  std::vector<std::unique_ptr<Dev<int64_t>>> dwpos;
+  std::vector<std::unique_ptr<Dev<uint8_t>>> dsel;
+  std::vector<AttentionSeq> dseqs = hseqs;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    dwin.push_back(std::make_unique<Dev<float>>(win[i]));
+    dwpos.push_back(std::make_unique<Dev<int64_t>>(wpos[i]));
+    dcomp.push_back(std::make_unique<Dev<float>>(comp[i]));
+    dsel.push_back(std::make_unique<Dev<uint8_t>>(sel[i]));
+    dseqs[i].win = dwin[i]->p;
+    dseqs[i].win_pos = dwpos[i]->p;
+    if (shape[i].t_comp) {
+      dseqs[i].comp = dcomp[i]->p;
+      dseqs[i].comp_sel = dsel[i]->p;
+    }
+  }
+  std::vector<uint8_t> seq_bytes(dseqs.size() * sizeof(AttentionSeq));
+  std::memcpy(seq_bytes.data(), dseqs.data(), seq_bytes.size());
+  Dev<uint8_t> dseq_bytes(seq_bytes);
+  Dev<int32_t> dqseq(qseq);
+  b.gpu->attention({.q = dq.p, .q_pos = dqpos.p, .sink = dsink.p, .out = dout.p, .s = s, .heads = H, .head_dim = hd,
+                    .window = window, .scale = scale, .seqs = reinterpret_cast<const AttentionSeq*>(dseq_bytes.p),
+                    .q_seq = dqseq.p, .n_seqs = static_cast<int64_t>(dseqs.size()), .max_t_win = max_win,
+                    .max_t_comp = max_comp});
+  b.gpu->synchronize();
+  const std::vector<float> got = dout.get();
+  EXPECT_LT(rel_err(ref, got), 1e-5);
+  // Each sequence alone (single-sequence form) on the GPU: the same bits.
+  r0 = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const Seq& sq = shape[i];
+    Dev<float> one(static_cast<size_t>(sq.m * H * hd));
+    b.gpu->attention({.q = dq.p + r0 * H * hd, .q_pos = dqpos.p + r0, .win = dwin[i]->p, .win_pos = dwpos[i]->p,
+                      .comp = sq.t_comp ? dcomp[i]->p : nullptr, .comp_sel = sq.t_comp ? dsel[i]->p : nullptr,
+                      .sink = dsink.p, .out = one.p, .s = sq.m, .heads = H, .head_dim = hd, .t_win = sq.t_win,
+                      .t_comp = sq.t_comp, .window = window, .scale = scale});
+    b.gpu->synchronize();
+    const std::vector<float> alone = one.get();
+    EXPECT_EQ(std::memcmp(alone.data(), got.data() + r0 * H * hd, alone.size() * sizeof(float)), 0) << "sequence " << i;
+    r0 += sq.m;
+  }
+}
+
+// copy_batch and dequant_packed_batch against their single forms.
+TEST(CudaMultiSequence, BatchedCopiesAndRingReads) {
+  Backends b;
+  const int64_t dim = 512, block = 32;
+  std::vector<int64_t> rows{3, 0, 127, 1};
+  std::vector<std::vector<uint8_t>> codes, scales;
+  std::mt19937 g(9);
+  for (int64_t r : rows) {
+    codes.emplace_back(static_cast<size_t>(r * dim));
+    scales.emplace_back(static_cast<size_t>(r * dim / block));
+    for (auto& c : codes.back()) c = static_cast<uint8_t>(g() & 0x7E);  // no NaN codes
+    for (auto& c : scales.back()) c = static_cast<uint8_t>(110 + g() % 30);
+  }
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  Dev<float> out(static_cast<size_t>(total * dim));
+  std::vector<std::unique_ptr<Dev<uint8_t>>> dc, ds;
+  std::vector<PackedDesc> descs;
+  std::vector<float> ref(static_cast<size_t>(total * dim));
+  int64_t off = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    dc.push_back(std::make_unique<Dev<uint8_t>>(codes[i]));
+    ds.push_back(std::make_unique<Dev<uint8_t>>(scales[i]));
+    descs.push_back({dc[i]->p, ds[i]->p, out.p + off * dim, rows[i]});
+    if (rows[i]) dequant_fake_quant(FakeQuant::kFp8Pow2, codes[i].data(), scales[i].data(), rows[i], dim, block, ref.data() + off * dim);
+    off += rows[i];
+  }
+  std::vector<uint8_t> bytes(descs.size() * sizeof(PackedDesc));
+  std::memcpy(bytes.data(), descs.data(), bytes.size());
+  Dev<uint8_t> ddesc(bytes);
+  b.gpu->dequant_packed_batch({.kind = FakeQuant::kFp8Pow2, .descs = reinterpret_cast<const PackedDesc*>(ddesc.p),
+                               .n = static_cast<int64_t>(descs.size()), .dim = dim, .block = block, .max_rows = 127});
+  b.gpu->synchronize();
+  const std::vector<float> got = out.get();
+  EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)), 0);
+  // Copies: aligned and unaligned sizes and addresses.
+  std::vector<uint8_t> src(10000), zero(10000, 0);
+  for (auto& v : src) v = static_cast<uint8_t>(g());
+  Dev<uint8_t> dsrc(src), ddst(zero);
+  std::vector<CopyDesc> cps{{ddst.p, dsrc.p, 4096}, {ddst.p + 4096, dsrc.p + 4097, 1001}, {ddst.p + 6000, dsrc.p + 6000, 0}};
+  std::vector<uint8_t> cb(cps.size() * sizeof(CopyDesc));
+  std::memcpy(cb.data(), cps.data(), cb.size());
+  Dev<uint8_t> dcps(cb);
+  b.gpu->copy_batch({.descs = reinterpret_cast<const CopyDesc*>(dcps.p), .n = 3, .max_bytes = 4096});
+  b.gpu->synchronize();
+  const std::vector<uint8_t> dst = ddst.get();
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), 4096), 0);
+  EXPECT_EQ(std::memcmp(dst.data() + 4096, src.data() + 4097, 1001), 0);
+  EXPECT_EQ(dst[5097], 0);
+  EXPECT_EQ(dst[6000], 0);
+}
