@@ -3,7 +3,7 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, profile, check, all; BENCH_ARGS are passed to bench/bench_device
+#   stages: test (default), bench, profile, check, baseline, all (all but baseline); BENCH_ARGS are passed to bench/bench_device
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/device-out}
@@ -62,6 +62,20 @@ for stage in $STAGES; do
       ./build/cuda/bench/bench_device --device cuda-profile --batches 1 --prompts 0 --steps 10 ${PROFILE_ARGS:-} >> "$R" 2>&1
       echo "== per-op profile, prefill 1 x 4096 replay + exact" >> "$R"
       ./build/cuda/bench/bench_device --device cuda-profile --batches "" --prompts 1 --prompt-len 4096 >> "$R" 2>&1
+      ;;
+    baseline)
+      # The transformers reference on the same shape (needs carry [".baseline"]: the deepseek_v41
+      # model files and a transformers >= 5.24 wheel; see NOTES-device.md).
+      echo "== transformers baseline (scripts/baseline_transformers.py)" >> "$R"
+      if [ -d .baseline/deepseek_v41 ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/tfpkg \
+          .baseline/transformers-*.whl >> "$OUT/baseline.log" 2>&1
+        cp -r .baseline/deepseek_v41 /tmp/tfpkg/transformers/models/
+        PYTHONPATH=/tmp/tfpkg PYTHONUNBUFFERED=1 python3 scripts/baseline_transformers.py \
+          --config bench/configs/v41-flash-l16-e64/config.json --prefill-reps 4 --decode-steps 10 >> "$R" 2>&1
+      else
+        echo "no .baseline/ carried: skipped" >> "$R"
+      fi
       ;;
     check)
       echo "== cross-check of the discrete ops (CUDA vs the CPU on the same inputs), float32 and bf16" >> "$R"
