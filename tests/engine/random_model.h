@@ -1,5 +1,6 @@
 // Test helper shared by the engine tests: a small random-weight V4.1 model directory (config
-// only; weights come from `--load-format random`) with the fixture tokenizer for text I/O.
+// only; weights come from `--load-format random`) with the fixture tokenizer for text I/O, and
+// an EngineConfig on it.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +12,8 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "deepinfer/llm.h"
 
 namespace deepinfer::testing_util {
 
@@ -34,6 +37,16 @@ inline std::string random_model_dir() {
     return d;
   }();
   return dir;
+}
+
+// An engine on that model with seeded random weights, 2 threads.
+inline EngineConfig random_model_config(uint64_t seed) {
+  EngineConfig c;
+  c.model = random_model_dir();
+  c.load_format = "random";
+  c.seed = seed;
+  c.threads = 2;
+  return c;
 }
 
 }  // namespace deepinfer::testing_util

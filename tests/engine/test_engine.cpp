@@ -18,14 +18,7 @@ namespace {
 using testing_util::fixture;
 using testing_util::random_model_dir;
 
-EngineConfig random_config() {
-  EngineConfig c;
-  c.model = random_model_dir();
-  c.load_format = "random";
-  c.seed = 1;
-  c.threads = 2;
-  return c;
-}
+EngineConfig random_config() { return testing_util::random_model_config(1); }
 
 std::vector<int32_t> ids_of(const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
 }  // namespace
@@ -218,22 +211,20 @@ TEST(Engine, BadRequestsFailAloneWithAMessage) {
 }
 
 TEST(Engine, DeviceAndDtypeAreCheckedAndBf16EmulationRuns) {
+  auto expect_rejected = [](const EngineConfig& bad, const std::string& names) {
+    try {
+      LLM llm(bad);
+      ADD_FAILURE() << names << " accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+    }
+  };
   EngineConfig bad = random_config();
   bad.device = "tpu";
-  try {
-    LLM llm(bad);
-    ADD_FAILURE() << "device 'tpu' accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("device 'tpu'"), std::string::npos) << e.what();
-  }
+  expect_rejected(bad, "device 'tpu'");
   bad = random_config();
   bad.dtype = "float16";
-  try {
-    LLM llm(bad);
-    ADD_FAILURE() << "dtype 'float16' accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("dtype 'float16'"), std::string::npos) << e.what();
-  }
+  expect_rejected(bad, "dtype 'float16'");
   // bfloat16 on the CPU (an emulation of the GPU's rounding) runs the engine end to end.
   EngineConfig c = random_config();
   c.dtype = "bfloat16";

@@ -30,14 +30,7 @@ using testing_util::fixture;
 using testing_util::random_model_dir;
 
 LLM& llm() {
-  static LLM l([] {
-    EngineConfig c;
-    c.model = random_model_dir();
-    c.load_format = "random";
-    c.seed = 3;
-    c.threads = 2;
-    return c;
-  }());
+  static LLM l(testing_util::random_model_config(3));
   return l;
 }
 
@@ -183,13 +176,7 @@ TEST(EngineStructured, InvalidSourceFailsOnlyThatRequest) {
 }
 
 TEST(EngineStructured, OneCompilePerSource) {
-  LLM l([] {
-    EngineConfig c;
-    c.model = random_model_dir();
-    c.load_format = "random";
-    c.threads = 2;
-    return c;
-  }());
+  LLM l(testing_util::random_model_config(0));
   SamplingParams a;
   a.max_tokens = 4;
   a.structured_output = json_schema(R"({"type":"array","items":{"type":"integer"}})");
