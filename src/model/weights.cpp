@@ -272,57 +272,45 @@ Weights load_weights(const loader::Checkpoint& ck) {
 }
 
 Weights random_weights(const ModelConfig& c, uint64_t seed, kernels::Backend* device, kernels::WeightFormat matmul_format) {
-  if (device && !device->host_memory()) {
+  const bool on_device = device && !device->host_memory();
+  if (on_device) {
     DI_CHECK(!c.quantization.present, "random weights in release formats are made on the host");
     DI_CHECK(matmul_format == kernels::WeightFormat::kF32 || matmul_format == kernels::WeightFormat::kBF16,
              "random weights on a device are float32 or bf16");
-    // Generated in place on the device, tensor by tensor (same streams as below).
-    Weights w;
-    w.on_backend = true;
-    uint64_t tensor_id = 0;
-    auto fill = [&](kernels::WeightFormat f, int64_t n, float mean, float std) -> void* {
-      const uint64_t tid = ++tensor_id;
-      const int64_t bytes = n * (f == kernels::WeightFormat::kBF16 ? 2 : 4);
-      w.device.emplace_back(*device, bytes);
-      device->fill_random({.out = w.device.back().data(), .format = f, .n = n, .seed = seed ^ (tid * 0x9E3779B97F4A7C15ull),
-                           .mean = mean, .std = std});
-      return w.device.back().data();
-    };
-    Visitor v;
-    v.mat = [&](const std::string&, int64_t r, int64_t cols, Mat* m, bool need_f32) {
-      const kernels::WeightFormat f = need_f32 ? kernels::WeightFormat::kF32 : matmul_format;
-      *m = Mat{f, fill(f, r * cols, 0.0f, 1.0f / std::sqrt(static_cast<float>(cols))), nullptr, r, cols};
-    };
-    v.vec = [&](const std::string&, int64_t n, const float** out, int kind) {
-      *out = static_cast<const float*>(fill(kernels::WeightFormat::kF32, n, kind == 1 ? 0.0f : 1.0f,
-                                            kind == 0 ? 0.1f : kind == 2 ? 0.0f : 0.1f));
-    };
-    visit(c, w, v);
-    device->synchronize();
-    return w;
   }
   Weights w;
+  w.on_backend = on_device;
+  // Tensor t (in visiting order) is mean + std * normal01(stream t, i); mean 0 stores std * z.
+  // Matrices N(0, 1/in) keep activations O(1) through the random network; norms 1 + 0.1 N,
+  // biases 0.1 N, scales 1. On a device each tensor is generated in place (in the matmul
+  // format); on the host in float32, converted afterwards.
   uint64_t tensor_id = 0;
-  Visitor v;
-  v.mat = [&](const std::string&, int64_t r, int64_t cols, Mat* m, bool) {
-    const uint64_t tid = ++tensor_id;
-    float* p = own(w, r * cols);
-    // std 1/sqrt(in) keeps activations O(1) through the random network.
-    const float std = 1.0f / std::sqrt(static_cast<float>(cols));
-    for (int64_t i = 0; i < r * cols; ++i) p[i] = std * core::normal01(seed ^ (tid * 0x9E3779B97F4A7C15ull), static_cast<uint64_t>(i));
-    *m = Mat::f32(p, r, cols);
-  };
-  v.vec = [&](const std::string&, int64_t n, const float** out, int kind) {
-    const uint64_t tid = ++tensor_id;
+  auto make = [&](kernels::WeightFormat f, int64_t n, float mean, float std) -> void* {
+    const uint64_t stream = seed ^ (++tensor_id * 0x9E3779B97F4A7C15ull);
+    if (on_device) {
+      w.device.emplace_back(*device, n * (f == kernels::WeightFormat::kBF16 ? 2 : 4));
+      device->fill_random({.out = w.device.back().data(), .format = f, .n = n, .seed = stream, .mean = mean, .std = std});
+      return w.device.back().data();
+    }
     float* p = own(w, n);
     for (int64_t i = 0; i < n; ++i) {
-      float z = core::normal01(seed ^ (tid * 0x9E3779B97F4A7C15ull), static_cast<uint64_t>(i));
-      p[i] = kind == 0 ? 1.0f + 0.1f * z : kind == 2 ? 1.0f : 0.1f * z;
+      const float z = core::normal01(stream, static_cast<uint64_t>(i));
+      p[i] = mean == 0.0f ? std * z : mean + std * z;
     }
-    *out = p;
+    return p;
+  };
+  Visitor v;
+  v.mat = [&](const std::string&, int64_t r, int64_t cols, Mat* m, bool need_f32) {
+    const kernels::WeightFormat f = on_device && !need_f32 ? matmul_format : kernels::WeightFormat::kF32;
+    *m = Mat{f, make(f, r * cols, 0.0f, 1.0f / std::sqrt(static_cast<float>(cols))), nullptr, r, cols};
+  };
+  v.vec = [&](const std::string&, int64_t n, const float** out, int kind) {
+    const float mean = kind == 1 ? 0.0f : 1.0f, std = kind == 2 ? 0.0f : 0.1f;
+    *out = static_cast<const float*>(make(kernels::WeightFormat::kF32, n, mean, std));
   };
   visit(c, w, v);
-  if (c.quantization.present) quantize_release(c, w);
+  if (on_device) device->synchronize();
+  else if (c.quantization.present) quantize_release(c, w);
   else if (matmul_format != kernels::WeightFormat::kF32) convert_matmul_weights(c, w, matmul_format);
   return w;
 }
