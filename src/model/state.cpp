@@ -17,7 +17,7 @@ PackedRows::PackedRows(kernels::Backend& be, kernels::FakeQuant kind, int64_t di
 void PackedRows::reserve(int64_t extra) {
   if (start_ + n_ + extra <= cap_) return;
   // Grow (or just compact the dropped front rows away) into fresh buffers.
-  const int64_t cap = std::max<int64_t>(n_ + extra, 2 * (n_ + extra) > cap_ ? 2 * (n_ + extra) : cap_);
+  const int64_t cap = std::max(cap_, 2 * (n_ + extra));
   if (packed_) {
     kernels::Buf<uint8_t> c(*be_, cap * code_bytes_), sc(*be_, cap * scale_bytes_);
     if (n_) {
