@@ -1,9 +1,21 @@
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/backend.h"
 
 namespace deepinfer::kernels {
+
+void Backend::grouped_matmul(const GroupedMatmulArgs& a) {
+  std::vector<int32_t> off(static_cast<size_t>(a.experts + 1));
+  download(off.data(), a.offsets, (a.experts + 1) * static_cast<int64_t>(sizeof(int32_t)));
+  DI_CHECK(off[0] >= 0 && off[static_cast<size_t>(a.experts)] <= a.rows, "grouped matmul: offsets outside the rows");
+  for (int64_t e = 0; e < a.experts; ++e) {
+    const int64_t r0 = off[static_cast<size_t>(e)], m = off[static_cast<size_t>(e) + 1] - r0;
+    DI_CHECK(m >= 0, "grouped matmul: offsets not ascending");
+    if (m > 0) matmul({.x = a.x + r0 * a.k, .w = a.w[e], .y = a.y + r0 * a.n, .m = m, .n = a.n, .k = a.k});
+  }
+}
 
 #ifndef DEEPINFER_HAS_CUDA
 std::unique_ptr<Backend> make_cuda_backend(int, Precision, bool) {

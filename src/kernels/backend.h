@@ -296,6 +296,29 @@ struct MoeCombineArgs {
   int64_t n = 0, k = 0, dim = 0;
 };
 
+// Groups the (token, slot) pairs of a routing by expert, stably: expert e's pairs become rows
+// [offsets[e], offsets[e+1]) of the permuted order, in ascending pair index i = t*K + k.
+struct MoePermuteArgs {
+  const int32_t* ids = nullptr;      // [n*K] expert of pair i, in [0, experts)
+  const float* weights = nullptr;    // [n*K] routing weight of pair i
+  int32_t* offsets = nullptr;        // [experts + 1] first permuted row of each expert, then n*K
+  int32_t* perm_token = nullptr;     // [n*K] token of permuted row j
+  float* perm_weight = nullptr;      // [n*K] routing weight of permuted row j
+  int32_t* slot_row = nullptr;       // [n*K] permuted row of pair i
+  int64_t n = 0, k = 0, experts = 0;
+};
+
+// y = x · w[e]ᵀ on the rows of each expert e (the routed experts' products in one op): rows
+// [offsets[e], offsets[e+1]) of x and y use weight w[e]. A row's result is what matmul gives
+// for it alone, whatever the other rows and their experts.
+struct GroupedMatmulArgs {
+  const float* x = nullptr;          // [rows, k] fp32, rows grouped by expert
+  const WeightView* w = nullptr;     // [experts] host array of views, each [n, k], one format
+  const int32_t* offsets = nullptr;  // [experts + 1] in backend memory (MoePermuteArgs.offsets)
+  float* y = nullptr;                // [rows, n] fp32
+  int64_t rows = 0, n = 0, k = 0, experts = 0;
+};
+
 // The values of rows stored by FakeQuantArgs.codes/scales (exact), on the backend.
 struct DequantPackedArgs {
   FakeQuant kind = FakeQuant::kFp8Pow2;
@@ -348,6 +371,9 @@ class Backend {
   virtual void fill_random(const RandomFillArgs& a) = 0;
   virtual void copy_batch(const CopyBatchArgs& a) = 0;
   virtual void dequant_packed_batch(const DequantPackedBatchArgs& a) = 0;
+  virtual void moe_permute(const MoePermuteArgs& a) = 0;
+  // Default: the offsets read back to the host, then one matmul per expert with rows.
+  virtual void grouped_matmul(const GroupedMatmulArgs& a);
   virtual Precision precision() const { return Precision::kFloat32; }
 
   virtual void matmul(const MatmulArgs& a) = 0;

@@ -56,6 +56,8 @@ class Forwarding : public Backend {
   DI_FORWARD(fill_random, RandomFillArgs)
   DI_FORWARD(copy_batch, CopyBatchArgs)
   DI_FORWARD(dequant_packed_batch, DequantPackedBatchArgs)
+  DI_FORWARD(moe_permute, MoePermuteArgs)
+  DI_FORWARD(grouped_matmul, GroupedMatmulArgs)
 #undef DI_FORWARD
 
  protected:
@@ -138,6 +140,24 @@ class CrossCheck final : public Forwarding {
       }
     report("router", bad, a.rows * a.top_k);
   }
+  void moe_permute(const MoePermuteArgs& a) override {
+    d_->moe_permute(a);
+    const int64_t R = a.n * a.k;
+    std::vector<int32_t> ids = get(a.ids, R), off(static_cast<size_t>(a.experts + 1)), tok(static_cast<size_t>(R)),
+        slot(static_cast<size_t>(R));
+    std::vector<float> w = get(a.weights, R), pw(static_cast<size_t>(R));
+    MoePermuteArgs h = a;
+    h.ids = ids.data();
+    h.weights = w.data();
+    h.offsets = off.data();
+    h.perm_token = tok.data();
+    h.perm_weight = pw.data();
+    h.slot_row = slot.data();
+    c_->moe_permute(h);
+    const int64_t bad = diff(off, get(a.offsets, a.experts + 1)) + diff(tok, get(a.perm_token, R)) +
+                        diff(slot, get(a.slot_row, R)) + diff(pw, get(a.perm_weight, R));
+    report("moe_permute", bad, a.experts + 1 + 3 * R);
+  }
   void candidate_blocks(const CandidateBlocksArgs& a) override {
     d_->candidate_blocks(a);
     std::vector<float> sc = get(a.scores, a.s * a.t);
@@ -170,9 +190,10 @@ class CrossCheck final : public Forwarding {
     if (n > 0) d_->download(v.data(), p, n * static_cast<int64_t>(sizeof(T)));
     return v;
   }
-  static int64_t diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  template <class T>  // elements whose bits differ
+  static int64_t diff(const std::vector<T>& a, const std::vector<T>& b) {
     int64_t d = 0;
-    for (size_t i = 0; i < a.size(); ++i) d += a[i] != b[i];
+    for (size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
     return d;
   }
   void report(const char* op, int64_t bad, int64_t n) {

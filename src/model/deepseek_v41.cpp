@@ -608,57 +608,34 @@ void DeepseekV41::moe(int64_t l, const float* xn, Scratch& s, float* y) {
   const int64_t n = s.n, D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, I = c.moe_intermediate_size;
   kernels::Buf<float> logits(be_, n * E);
   linear(xn, n, F.gate, logits.data());
-  // Expert ids then their weights (float bits) in one buffer: one download, one sync.
-  kernels::Buf<int32_t> routed(be_, 2 * n * K);
-  int32_t* ids = routed.data();
-  float* wts = reinterpret_cast<float*>(routed.data() + n * K);
+  kernels::Buf<int32_t> routed_ids(be_, n * K);
+  kernels::Buf<float> routed_w(be_, n * K);
+  int32_t* ids = routed_ids.data();
+  float* wts = routed_w.data();
   kernels::ScoringFunc fn = c.scoring_func == "softmax"   ? kernels::ScoringFunc::kSoftmax
                             : c.scoring_func == "sigmoid" ? kernels::ScoringFunc::kSigmoid
                                                           : kernels::ScoringFunc::kSqrtSoftplus;
   be_.router({.logits = logits.data(), .bias = F.bias, .ids = ids, .weights = wts, .rows = n, .experts = E,
               .top_k = K, .temp = static_cast<float>(c.gate_temp), .routed_scaling = static_cast<float>(c.routed_scaling_factor),
               .normalize = c.norm_topk_prob, .func = fn});
-  // Group the (token, slot) pairs by expert on the host: expert e's rows are contiguous in
-  // the permuted order, each expert runs once over them.
-  const std::vector<int32_t> h_routed = routed.download();
-  const std::vector<int32_t> h_ids(h_routed.begin(), h_routed.begin() + n * K);
-  std::vector<float> h_wts(static_cast<size_t>(n * K));
-  std::memcpy(h_wts.data(), h_routed.data() + n * K, static_cast<size_t>(n * K) * sizeof(float));
-  std::vector<int64_t> count(static_cast<size_t>(E) + 1, 0);
-  for (int32_t e : h_ids) {
-    DI_CHECK(e >= 0 && e < E, "router picked an expert outside [0, E)");
-    ++count[static_cast<size_t>(e) + 1];
-  }
-  for (int64_t e = 0; e < E; ++e) count[e + 1] += count[e];  // count[e] = first permuted row of expert e
-  std::vector<int64_t> next(count.begin(), count.end() - 1);
-  std::vector<int32_t> perm_token(static_cast<size_t>(n * K)), slot_row(static_cast<size_t>(n * K));
-  std::vector<float> perm_w(static_cast<size_t>(n * K));
-  for (int64_t i = 0; i < n * K; ++i) {
-    const int64_t j = next[static_cast<size_t>(h_ids[i])]++;
-    perm_token[j] = static_cast<int32_t>(i / K);
-    perm_w[j] = h_wts[i];
-    slot_row[i] = static_cast<int32_t>(j);
-  }
-  kernels::Buf<int32_t> d_perm_token(be_), d_slot_row(be_);
-  kernels::Buf<float> d_perm_w(be_);
-  d_perm_token.upload(perm_token);
-  d_slot_row.upload(slot_row);
-  d_perm_w.upload(perm_w);
+  // Group the (token, slot) pairs by expert (in backend memory: no round trip to the host);
+  // expert e's rows are contiguous in the permuted order, and each product covers all experts.
   const int64_t R = n * K;
+  kernels::Buf<int32_t> offsets(be_, E + 1), perm_token(be_, R), slot_row(be_, R);
+  kernels::Buf<float> perm_w(be_, R);
+  be_.moe_permute({.ids = ids, .weights = wts, .offsets = offsets.data(), .perm_token = perm_token.data(),
+                   .perm_weight = perm_w.data(), .slot_row = slot_row.data(), .n = n, .k = K, .experts = E});
   kernels::Buf<float> xg(be_, R * D), g(be_, R * I), u(be_, R * I), a(be_, R * I), eo(be_, R * D);
-  be_.gather_rows({.src = xn, .idx = d_perm_token.data(), .dst = xg.data(), .rows = R, .width = D});
+  be_.gather_rows({.src = xn, .idx = perm_token.data(), .dst = xg.data(), .rows = R, .width = D});
   const float limit = static_cast<float>(c.swiglu_limit);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = count[e], m = count[e + 1] - r0;
-    if (m == 0) continue;
-    linear(xg.data() + r0 * D, m, F.w1[e], g.data() + r0 * I);
-    linear(xg.data() + r0 * D, m, F.w3[e], u.data() + r0 * I);
-  }
-  be_.swiglu({.gate = g.data(), .up = u.data(), .weight = d_perm_w.data(), .out = a.data(), .rows = R, .inter = I, .limit = limit});
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = count[e], m = count[e + 1] - r0;
-    if (m > 0) linear(a.data() + r0 * I, m, F.w2[e], eo.data() + r0 * D);
-  }
+  auto experts = [&](const std::vector<Mat>& w, const float* x, float* out, int64_t n_out, int64_t k) {
+    be_.grouped_matmul({.x = x, .w = w.data(), .offsets = offsets.data(), .y = out, .rows = R, .n = n_out, .k = k,
+                        .experts = E});
+  };
+  experts(F.w1, xg.data(), g.data(), I, D);
+  experts(F.w3, xg.data(), u.data(), I, D);
+  be_.swiglu({.gate = g.data(), .up = u.data(), .weight = perm_w.data(), .out = a.data(), .rows = R, .inter = I, .limit = limit});
+  experts(F.w2, a.data(), eo.data(), D, I);
   // Shared expert over every row.
   kernels::Buf<float> sg(be_, n * I), su(be_, n * I), sa(be_, n * I), so(be_, n * D);
   linear(xn, n, F.s_w1, sg.data());
@@ -667,7 +644,7 @@ void DeepseekV41::moe(int64_t l, const float* xn, Scratch& s, float* y) {
   linear(sa.data(), n, F.s_w2, so.data());
   // Per token: routed outputs in ascending expert order (as the reference accumulates),
   // then the shared expert.
-  be_.moe_combine({.expert_out = eo.data(), .slot_row = d_slot_row.data(), .ids = ids, .shared = so.data(), .y = y,
+  be_.moe_combine({.expert_out = eo.data(), .slot_row = slot_row.data(), .ids = ids, .shared = so.data(), .y = y,
                    .n = n, .k = K, .dim = D});
 }
 

@@ -202,6 +202,44 @@ TEST(Ops, RouterSqrtSoftplusBiasForSelectionOnly) {
   EXPECT_NEAR(w[1], 1.5 * s3 / (s0 + s3), 1e-6);
 }
 
+TEST(Ops, MoePermuteIsAStableSortByExpert) {
+  auto be = kernels::make_cpu_backend(1);
+  // 3 tokens x 2 slots over 4 experts; expert 2 is never picked.
+  std::vector<int32_t> ids = {3, 1, 1, 0, 3, 0}, off(5), tok(6), slot(6);
+  std::vector<float> w = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f}, pw(6);
+  be->moe_permute({.ids = ids.data(), .weights = w.data(), .offsets = off.data(), .perm_token = tok.data(),
+                   .perm_weight = pw.data(), .slot_row = slot.data(), .n = 3, .k = 2, .experts = 4});
+  EXPECT_EQ(off, (std::vector<int32_t>{0, 2, 4, 4, 6}));
+  EXPECT_EQ(tok, (std::vector<int32_t>{1, 2, 0, 1, 0, 2}));  // pairs 3,5 | 1,2 | 0,4
+  EXPECT_EQ(pw, (std::vector<float>{0.4f, 0.6f, 0.2f, 0.3f, 0.1f, 0.5f}));
+  EXPECT_EQ(slot, (std::vector<int32_t>{4, 2, 3, 0, 5, 1}));
+  ids[2] = 4;  // outside [0, E): an engine invariant, so it aborts with a message
+  EXPECT_DEATH(be->moe_permute({.ids = ids.data(), .weights = w.data(), .offsets = off.data(), .perm_token = tok.data(),
+                                .perm_weight = pw.data(), .slot_row = slot.data(), .n = 3, .k = 2, .experts = 4}),
+               "expert outside");
+}
+
+TEST(Ops, GroupedMatmulIsAMatmulPerExpert) {
+  auto be = kernels::make_cpu_backend(2);
+  const int64_t rows = 9, n = 5, k = 12, E = 3;
+  auto x = randn(rows * k, 3), w0 = randn(n * k, 4), w1 = randn(n * k, 5), w2 = randn(n * k, 6);
+  const std::vector<kernels::WeightView> w = {kernels::WeightView::f32(w0.data(), n, k), kernels::WeightView::f32(w1.data(), n, k),
+                                              kernels::WeightView::f32(w2.data(), n, k)};
+  std::vector<int32_t> off = {0, 4, 4, 9};  // expert 1 has no rows
+  std::vector<float> y(rows * n, -1.0f);
+  be->grouped_matmul({.x = x.data(), .w = w.data(), .offsets = off.data(), .y = y.data(), .rows = rows, .n = n, .k = k,
+                      .experts = E});
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> ref(n);
+    be->matmul({.x = x.data() + r * k, .w = w[r < 4 ? 0 : 2], .y = ref.data(), .m = 1, .n = n, .k = k});
+    EXPECT_EQ(std::memcmp(ref.data(), y.data() + r * n, n * 4), 0) << "row " << r;
+  }
+  off = {0, 4, 3, 9};  // descending: stopped with a message, not a wild write
+  EXPECT_DEATH(be->grouped_matmul({.x = x.data(), .w = w.data(), .offsets = off.data(), .y = y.data(), .rows = rows, .n = n,
+                                   .k = k, .experts = E}),
+               "not ascending");
+}
+
 TEST(Ops, SwigluClamps) {
   auto be = kernels::make_cpu_backend(1);
   std::vector<float> g = {20.0f, -3.0f}, u = {50.0f, -50.0f}, wt = {2.0f}, out(2);

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace deepinfer::kernels::cpu {
@@ -46,6 +47,24 @@ void router(core::ThreadPool& pool, const RouterArgs& a) {
       }
     }
   }, 1);
+}
+
+void moe_permute(core::ThreadPool&, const MoePermuteArgs& a) {
+  // Counting sort by expert, stable in the pair index.
+  const int64_t R = a.n * a.k, E = a.experts;
+  std::vector<int32_t> next(static_cast<size_t>(E) + 1, 0);
+  for (int64_t i = 0; i < R; ++i) {
+    DI_CHECK(a.ids[i] >= 0 && a.ids[i] < E, "router picked an expert outside [0, E)");
+    ++next[static_cast<size_t>(a.ids[i]) + 1];
+  }
+  for (int64_t e = 0; e < E; ++e) next[e + 1] += next[e];
+  std::copy(next.begin(), next.end(), a.offsets);
+  for (int64_t i = 0; i < R; ++i) {
+    const int32_t j = next[static_cast<size_t>(a.ids[i])]++;
+    a.perm_token[j] = static_cast<int32_t>(i / a.k);
+    a.perm_weight[j] = a.weights[i];
+    a.slot_row[i] = j;
+  }
 }
 
 }  // namespace deepinfer::kernels::cpu

@@ -48,6 +48,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    for (auto& [w, t] : tables_) release(t.dev);
     for (auto& [cls, list] : free_)
       for (void* p : list) cudaFree(p);
     if (staging_) cudaFreeHost(staging_);
@@ -157,6 +158,23 @@ class CudaBackend final : public Backend {
   // zero-padded) from contiguous temporaries, so cuBLAS chooses the same kernel, and so the
   // same reduction order, for a row whatever else is in the batch.
   void matmul(const MatmulArgs& a) override { gemm(a, precision_ == Precision::kBF16); }
+  void moe_permute(const MoePermuteArgs& a) override {
+    int32_t* counts = scratch<int32_t>(a.experts);
+    cuda::moe_permute(a, counts, stream_);
+    release(counts);
+  }
+  // bf16 experts: one launch for all of them, reading the offsets on the device (no host
+  // sync). Other formats or float32: the offsets read back, then a matmul per expert.
+  void grouped_matmul(const GroupedMatmulArgs& a) override {
+    if (a.rows == 0) return;
+    const void* const* table = precision_ == Precision::kBF16 && cuda::grouped_gemm_bf16_fits(a.n, a.k) ? expert_table(a)
+                                                                                                         : nullptr;
+    if (!table) return Backend::grouped_matmul(a);
+    void* xb = scratch<uint8_t>(a.rows * a.k * 2);
+    cuda::to_bf16(a.x, a.rows, a.rows, a.k, a.k, xb, stream_);
+    cuda::grouped_gemm_bf16(xb, table, a.offsets, a.y, a.rows, a.n, a.k, a.experts, stream_);
+    release(xb);
+  }
   void hc_mixes(const HcMixesArgs& a) override {
     if (a.rows == 0) return;
     float* part = scratch<float>(cuda::hc_mixes_scratch(a.rows));
@@ -265,6 +283,31 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The device copy of an expert weight table (a.w[e].data for every e), kept per host array and
+  // refreshed when its pointers change; null unless every expert is bf16 and 16-byte aligned.
+  const void* const* expert_table(const GroupedMatmulArgs& a) {
+    std::vector<const void*> ptrs(static_cast<size_t>(a.experts));
+    for (int64_t e = 0; e < a.experts; ++e) {
+      const WeightView& v = a.w[e];
+      if (v.format != WeightFormat::kBF16 || v.rows < a.n || v.cols != a.k || reinterpret_cast<uintptr_t>(v.data) % 16)
+        return nullptr;
+      ptrs[static_cast<size_t>(e)] = v.data;
+    }
+    ExpertTable& t = tables_[a.w];
+    if (t.ptrs != ptrs) {
+      release(t.dev);
+      t.dev = alloc(a.experts * static_cast<int64_t>(sizeof(void*)));
+      upload(t.dev, ptrs.data(), a.experts * static_cast<int64_t>(sizeof(void*)));
+      t.ptrs = std::move(ptrs);
+    }
+    return static_cast<const void* const*>(t.dev);
+  }
+  struct ExpertTable {
+    std::vector<const void*> ptrs;
+    void* dev = nullptr;
+  };
+  std::unordered_map<const WeightView*, ExpertTable> tables_;
+
   // Rows per cuBLAS call in batch-invariant mode: bf16 tiles large enough that prefill stays
   // compute-bound, float32 tiles small enough that decode is not.
   static constexpr int64_t kTileBf16 = 256, kTileF32 = 64;

@@ -1,7 +1,8 @@
 // The CUDA backend's op functions (device pointers in every args struct), one file per op
 // family: elementwise.cu (norms, RoPE, fake quantisation, mHC, SwiGLU, Engram gate),
 // attention.cu, indexer.cu, select.cu (top-k, candidate blocks, router), gather.cu (gathers,
-// scale, MoE combine, packed dequantisation, batched copies), matmul.cu (bf16 conversion,
+// scale, MoE combine, packed dequantisation, batched copies), moe.cu (MoE permutation, grouped
+// expert GEMM), matmul.cu (bf16 conversion,
 // random fills), cuda_backend.cu (matmul, memory and the Backend object); tiling.cuh holds the
 // helpers the attention/indexer/selection kernels share.
 #pragma once
@@ -41,6 +42,13 @@ void dequant_bf16(const WeightView& w, int64_t row0, int64_t n, void* out, cudaS
 void fill_random(const RandomFillArgs& a, cudaStream_t s);
 void copy_batch(const CopyBatchArgs& a, cudaStream_t s);
 void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s);
+// moe.cu: the routing grouped by expert (counts: scratch of a.experts ints); the experts'
+// products on bf16 tensor cores: x bf16 [rows, k], w a device table of `experts` bf16 [n, k]
+// matrices (16-byte aligned), offsets as MoePermuteArgs.offsets; needs grouped_gemm_bf16_fits.
+void moe_permute(const MoePermuteArgs& a, int32_t* counts, cudaStream_t s);
+bool grouped_gemm_bf16_fits(int64_t n, int64_t k);
+void grouped_gemm_bf16(const void* x, const void* const* w, const int32_t* offsets, float* y, int64_t rows, int64_t n,
+                       int64_t k, int64_t experts, cudaStream_t s);
 // Rows [row0, row0 + n) of w as float32: out [n, w.cols] (device).
 void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStream_t s);
 

@@ -1,0 +1,160 @@
+// CUDA parity of the routed-expert ops: the permutation by expert (bitwise the CPU's stable
+// counting sort) and the grouped expert product (bf16 tensor cores against the CPU's bf16
+// emulation; a row's bits the same whatever else is in the launch).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/backend.h"
+#include "kernels/cuda_test_util.h"
+
+using namespace deepinfer;
+using namespace deepinfer::kernels;
+using namespace deepinfer::cuda_test;
+
+namespace {
+
+// K distinct experts per token, in no particular order.
+std::vector<int32_t> random_routing(int64_t n, int64_t K, int64_t E, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n * K)), experts(static_cast<size_t>(E));
+  std::iota(experts.begin(), experts.end(), 0);
+  for (int64_t t = 0; t < n; ++t) {
+    std::shuffle(experts.begin(), experts.end(), g);
+    std::copy(experts.begin(), experts.begin() + K, ids.begin() + t * K);
+  }
+  return ids;
+}
+
+struct Permuted {
+  std::vector<int32_t> offsets, perm_token, slot_row;
+  std::vector<float> perm_weight;
+};
+
+Permuted permute_cpu(const std::vector<int32_t>& ids, const std::vector<float>& w, int64_t n, int64_t K, int64_t E) {
+  auto cpu = make_cpu_backend(1);
+  Permuted p{std::vector<int32_t>(static_cast<size_t>(E + 1)), std::vector<int32_t>(ids.size()), std::vector<int32_t>(ids.size()),
+             std::vector<float>(ids.size())};
+  cpu->moe_permute({.ids = ids.data(), .weights = w.data(), .offsets = p.offsets.data(), .perm_token = p.perm_token.data(),
+                    .perm_weight = p.perm_weight.data(), .slot_row = p.slot_row.data(), .n = n, .k = K, .experts = E});
+  return p;
+}
+
+TEST(CudaMoe, PermuteIsBitwiseTheCpusStableSort) {
+  auto gpu = make_cuda_backend(0);
+  struct Case {
+    int64_t n, K, E;
+  };
+  // One token; the fixture shape; many chunks of 1024 pairs; the released expert count.
+  for (Case c : {Case{1, 6, 64}, Case{7, 2, 8}, Case{5000, 6, 64}, Case{9, 6, 384}}) {
+    const auto ids = random_routing(c.n, c.K, c.E, static_cast<uint32_t>(c.n + c.E));
+    const auto w = randn(ids.size(), 7);
+    const Permuted ref = permute_cpu(ids, w, c.n, c.K, c.E);
+    Dev<int32_t> dids(ids), doff(ref.offsets.size()), dtok(ids.size()), dslot(ids.size());
+    Dev<float> dw(w), dpw(ids.size());
+    gpu->moe_permute({.ids = dids.p, .weights = dw.p, .offsets = doff.p, .perm_token = dtok.p, .perm_weight = dpw.p,
+                      .slot_row = dslot.p, .n = c.n, .k = c.K, .experts = c.E});
+    gpu->synchronize();
+    EXPECT_EQ(doff.get(), ref.offsets) << "n " << c.n << " E " << c.E;
+    EXPECT_EQ(dtok.get(), ref.perm_token) << "n " << c.n << " E " << c.E;
+    EXPECT_EQ(dslot.get(), ref.slot_row) << "n " << c.n << " E " << c.E;
+    const auto pw = dpw.get();
+    EXPECT_EQ(std::memcmp(pw.data(), ref.perm_weight.data(), pw.size() * 4), 0) << "n " << c.n << " E " << c.E;
+  }
+}
+
+// The experts' weights as bf16 on the host and the device.
+struct Experts {
+  std::vector<std::vector<uint16_t>> host;
+  std::vector<std::unique_ptr<Dev<uint16_t>>> dev;
+  std::vector<WeightView> hv, dv;
+  Experts(int64_t E, int64_t n, int64_t k, uint32_t seed) {
+    for (int64_t e = 0; e < E; ++e) {
+      const auto f = randn(static_cast<size_t>(n * k), seed + static_cast<uint32_t>(e), 0.05f);
+      std::vector<uint16_t> b(f.size());
+      for (size_t i = 0; i < f.size(); ++i) b[i] = core::f32_to_bf16(f[i]);
+      host.push_back(std::move(b));
+      dev.push_back(std::make_unique<Dev<uint16_t>>(host.back()));
+      hv.push_back({WeightFormat::kBF16, host.back().data(), nullptr, n, k});
+      dv.push_back({WeightFormat::kBF16, dev.back()->p, nullptr, n, k});
+    }
+  }
+};
+
+// rows sorted by expert: offsets from a routing of `tokens` tokens.
+std::vector<int32_t> offsets_of(int64_t tokens, int64_t K, int64_t E, uint32_t seed) {
+  const auto ids = random_routing(tokens, K, E, seed);
+  return permute_cpu(ids, std::vector<float>(ids.size(), 1.0f), tokens, K, E).offsets;
+}
+
+TEST(CudaMoe, GroupedMatmulBf16MatchesTheCpuAndIsRowInvariant) {
+  auto cpu = make_cpu_backend(0, Precision::kBF16);
+  auto gpu = make_cuda_backend(0, Precision::kBF16);
+  const int64_t E = 64, K = 6;
+  // The released expert shapes: up (k 5120 -> n 2304) and down (2304 -> 5120); 1 token (the
+  // decode tiling) and 200 tokens (the prefill tiling).
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{2304, 5120}, {5120, 2304}}) {
+    Experts ex(E, n, k, 100);
+    for (int64_t tokens : {1, 200}) {
+      const auto off = offsets_of(tokens, K, E, static_cast<uint32_t>(tokens));
+      const int64_t rows = tokens * K;
+      const auto x = randn(static_cast<size_t>(rows * k), 11);
+      std::vector<float> ref(static_cast<size_t>(rows * n));
+      cpu->grouped_matmul({.x = x.data(), .w = ex.hv.data(), .offsets = off.data(), .y = ref.data(), .rows = rows, .n = n, .k = k,
+                           .experts = E});
+      Dev<float> dx(x), dy(ref.size());
+      Dev<int32_t> doff(off);
+      gpu->grouped_matmul({.x = dx.p, .w = ex.dv.data(), .offsets = doff.p, .y = dy.p, .rows = rows, .n = n, .k = k, .experts = E});
+      gpu->synchronize();
+      const auto got = dy.get();
+      const double err = rel_err(ref, got);
+      std::printf("[grouped %lld x %lld, %lld rows] rel err vs the CPU's bf16 emulation %.3g\n", static_cast<long long>(n),
+                  static_cast<long long>(k), static_cast<long long>(rows), err);
+      EXPECT_LT(err, 2e-5);
+      if (tokens == 1) continue;
+      // Rows of the big launch again, each alone in a launch of its own (the small-tile
+      // configuration): the same bits.
+      for (int64_t e : {int64_t{0}, int64_t{17}, E - 1}) {
+        const int32_t r = off[static_cast<size_t>(e)];
+        if (off[static_cast<size_t>(e) + 1] == r) continue;
+        std::vector<int32_t> one(static_cast<size_t>(E + 1), 0);
+        for (int64_t j = e + 1; j <= E; ++j) one[static_cast<size_t>(j)] = 1;
+        Dev<float> dx1(std::vector<float>(x.begin() + r * k, x.begin() + (r + 1) * k)), dy1(static_cast<size_t>(n));
+        Dev<int32_t> doff1(one);
+        gpu->grouped_matmul({.x = dx1.p, .w = ex.dv.data(), .offsets = doff1.p, .y = dy1.p, .rows = 1, .n = n, .k = k, .experts = E});
+        gpu->synchronize();
+        EXPECT_EQ(std::memcmp(dy1.get().data(), got.data() + r * n, static_cast<size_t>(n) * 4), 0) << "expert " << e << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(CudaMoe, GroupedMatmulFloat32FallsBackToMatmulPerExpert) {
+  Backends b;  // float32: the offsets read back, one matmul per expert
+  const int64_t E = 8, K = 2, tokens = 7, n = 32, k = 64, rows = tokens * K;
+  const auto off = offsets_of(tokens, K, E, 3);
+  std::vector<std::vector<float>> wf;
+  std::vector<std::unique_ptr<Dev<float>>> dwf;
+  std::vector<WeightView> hv, dv;
+  for (int64_t e = 0; e < E; ++e) {
+    wf.push_back(randn(static_cast<size_t>(n * k), 20 + static_cast<uint32_t>(e)));
+    dwf.push_back(std::make_unique<Dev<float>>(wf.back()));
+    hv.push_back(WeightView::f32(wf.back().data(), n, k));
+    dv.push_back(WeightView::f32(dwf.back()->p, n, k));
+  }
+  const auto x = randn(static_cast<size_t>(rows * k), 30);
+  std::vector<float> ref(static_cast<size_t>(rows * n));
+  b.cpu->grouped_matmul({.x = x.data(), .w = hv.data(), .offsets = off.data(), .y = ref.data(), .rows = rows, .n = n, .k = k, .experts = E});
+  Dev<float> dx(x), dy(ref.size());
+  Dev<int32_t> doff(off);
+  b.gpu->grouped_matmul({.x = dx.p, .w = dv.data(), .offsets = doff.p, .y = dy.p, .rows = rows, .n = n, .k = k, .experts = E});
+  b.gpu->synchronize();
+  EXPECT_LT(rel_err(ref, dy.get()), 1e-5);
+}
+
+}  // namespace
