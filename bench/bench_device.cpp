@@ -6,7 +6,7 @@
 // usage: bench_device [--config DIR] [--device cuda] [--dtype bfloat16] [--format bf16|f32]
 //                     [--context 4096] [--batches 1,64,256] [--batch-context 256] [--steps 8]
 //                     [--prompts 8] [--prompt-len 4096] [--chunk 4096] [--seed 0]
-//                     [--bandwidth 4.26e12] [--peak 790e12] [--invariant 1|0]
+//                     [--bandwidth 4.26e12] [--peak 790e12] [--invariant 1|0] [--graphs 1|0]
 //   batch 1 decodes at --context tokens of context; larger batches at --batch-context each.
 #include <algorithm>
 #include <chrono>
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   std::string device = "cuda", dtype = "bfloat16", format = "bf16", batches_s = "1,64,256";
   int64_t context = 4096, batch_context = 256, steps = 8, prompts = 8, prompt_len = 4096, chunk = 4096, seed = 0;
   double bandwidth = 4.26e12, peak = 790e12;
-  bool invariant = true;
+  bool invariant = true, graphs = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--config") config_dir = v;
@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
     else if (a == "--chunk") chunk = std::stoll(v);
     else if (a == "--seed") seed = std::stoll(v);
     else if (a == "--invariant") invariant = v != "0";
+    else if (a == "--graphs") graphs = v != "0";
     else if (a == "--bandwidth") bandwidth = std::stod(v);
     else if (a == "--peak") peak = std::stod(v);
     else {
@@ -109,10 +110,11 @@ int main(int argc, char** argv) {
   model::Weights w = model::random_weights(cfg, static_cast<uint64_t>(seed), be.get(), fmt);
   const double stored = static_cast<double>(w.stored_bytes());
   model::DeepseekV41 m(cfg, std::move(w), *be);
+  m.set_graphs(graphs);
   be->synchronize();
-  std::printf("model %s: %.2fB parameters (%.2fB active per token), %s weights %.1f GB, made in %.1f s on %s, dtype %s, batch invariant %s\n",
+  std::printf("model %s: %.2fB parameters (%.2fB active per token), %s weights %.1f GB, made in %.1f s on %s, dtype %s, batch invariant %s, graphs %s\n",
               config_dir.c_str(), static_cast<double>(pc.total()) / 1e9, static_cast<double>(pc.active_per_token(cfg)) / 1e9,
-              format.c_str(), stored / 1e9, since(t0), device.c_str(), dtype.c_str(), invariant ? "on" : "off");
+              format.c_str(), stored / 1e9, since(t0), device.c_str(), dtype.c_str(), invariant ? "on" : "off", m.graphs() ? "on" : "off");
   std::printf("limits: %.2f TB/s memory bandwidth, %.0f TFLOP/s matmul peak\n", bandwidth / 1e12, peak / 1e12);
 
   // Bytes one decode step reads: the non-expert weights once, each expert some token routes

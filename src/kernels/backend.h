@@ -54,8 +54,8 @@ struct MatmulArgs {
   WeightView w;              // [>= w_row0 + n, k] any format (stored weight layout [out, in])
   float* y = nullptr;        // [m, n] fp32
   int64_t m = 0, n = 0, k = 0;
-  int64_t ldx = 0;           // row stride of x (0: k)
-  int64_t ldy = 0;           // row stride of y (0: n)
+  int64_t ldx = 0;           // row stride of x (0: the columns the groups touch, k when groups = 1)
+  int64_t ldy = 0;           // row stride of y (0: likewise, n when groups = 1)
   int64_t w_row0 = 0;        // first weight row used
   int64_t groups = 1;
   int64_t x_group_stride = 0, y_group_stride = 0;  // columns between groups (groups > 1)
@@ -393,6 +393,22 @@ class Backend {
   virtual void engram_gate(const EngramGateArgs& a) = 0;
   // Waits for every op issued so far (device backends run them asynchronously).
   virtual void synchronize() {}
+
+  // Graphs (device backends that have them; graphs() false: the others are never called).
+  // The ops issued between begin_capture(pool) and end_capture() are recorded, not run, and
+  // replay(graph) runs them again: the same pointers, sizes and launch shapes, so whatever
+  // they read must be at the same addresses (and refreshed in place) at every replay. Memory
+  // allocated during a capture comes from `pool`, is the graph's for good (a replay writes to
+  // it) and is shared by every graph of the pool: a pool's graphs must never be in flight
+  // together. Uploads, downloads, synchronising, and releasing memory allocated outside the
+  // capture are not allowed during one (the backend aborts, naming the call).
+  virtual bool graphs() const { return false; }
+  virtual int64_t new_graph_pool() { return -1; }
+  virtual void begin_capture(int64_t /*pool*/) {}
+  virtual int64_t end_capture() { return -1; }
+  virtual void replay(int64_t /*graph*/) {}
+  // Frees the pool's memory and every graph captured into it.
+  virtual void free_graph_pool(int64_t /*pool*/) {}
 };
 
 // The CPU reference backend; n_threads <= 0 picks DEEPINFER_THREADS or the core count.

@@ -27,19 +27,46 @@ struct DeepseekV41::Shared {
   int64_t cand_t = 0;
 };
 
-// The packed rows of one forward: every active row of every sequence, in sequence order.
+// The packed rows of one forward: every active row of every sequence, in sequence order,
+// and the activations of a forward. With graphs, one Scratch per row bucket lives across
+// forwards: its buffers keep their addresses, so the graphs captured over them stay valid.
 // Host bookkeeping plus its copies in backend memory (d_*).
 struct DeepseekV41::Scratch {
-  explicit Scratch(kernels::Backend& be)
-      : d_pos(be), cos_main(be), sin_main(be), cos_comp(be), sin_comp(be) {}
+  explicit Scratch(kernels::Backend& b)
+      : be(&b), d_pos(b), cos_main(b), sin_main(b), cos_comp(b), sin_comp(b), X(b), pre(b), a_pre(b), a_post(b), a_comb(b),
+        f_post(b), f_comb(b), xc(b), xn(b), y(b), q(b), kv(b), ckv(b), cgate(b), iq(b), iw(b), o(b), kv_codes(b),
+        kv_scales(b) {}
+  ~Scratch() {
+    if (pool >= 0) be->free_graph_pool(pool);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  kernels::Backend* be;
   int64_t n = 0;                              // active rows
+  int64_t n_pad = 0;                          // rows the captured pieces run on (n, or n's bucket)
   std::vector<int64_t> pos;                   // [n] absolute positions
   kernels::Buf<int64_t> d_pos;                // [n]
-  kernels::Buf<float> cos_main, sin_main;     // [n, rd/2]
-  kernels::Buf<float> cos_comp, sin_comp;     // [n, rd/2]
+  kernels::Buf<float> cos_main, sin_main;     // [n_pad, rd/2] (padding rows at position 0)
+  kernels::Buf<float> cos_comp, sin_comp;     // [n_pad, rd/2]
   std::vector<int64_t> row0, rows;            // per sequence: first active row, active row count
   std::vector<SequenceState*> states;         // per sequence
   std::vector<Shared> shared;                 // per sequence
+  // Activations, [n_pad, ...]: streams and mixes, then the attention's inputs and output.
+  kernels::Buf<float> X, pre, a_pre, a_post, a_comb, f_post, f_comb, xc, xn, y;
+  kernels::Buf<float> q, kv, ckv, cgate, iq, iw, o;
+  kernels::Buf<uint8_t> kv_codes, kv_scales;  // the window entries' FP8 codes and scales
+  // Graphs: the pool their temporaries come from (-1: no graphs), and per (layer, piece) the
+  // graph (>= 0), -1 = not run yet, -2 = run once (warm: buffers sized, tables uploaded).
+  int64_t pool = -1;
+  std::vector<int64_t> graph;
+  void begin_forward() {
+    n = 0;
+    pos.clear();
+    row0.clear();
+    rows.clear();
+    states.clear();
+    shared.clear();
+  }
 };
 
 DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::Backend& backend,
@@ -70,6 +97,11 @@ DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::B
 }
 
 DeepseekV41::~DeepseekV41() = default;
+
+void DeepseekV41::set_graphs(bool on) {
+  graphs_ = on;
+  if (!on) graph_scratch_.clear();
+}
 
 template <class T>
 kernels::Buf<T>& DeepseekV41::buf(kernels::Buf<T>& b, int64_t n) {
@@ -153,26 +185,51 @@ void DeepseekV41::copy_batch(const std::vector<kernels::CopyDesc>& copies) {
 
 void DeepseekV41::set_positions(Scratch& s) {
   s.d_pos.upload(s.pos);
+  std::vector<int64_t> padded(s.pos);
+  padded.resize(static_cast<size_t>(std::max(s.n, s.n_pad)), 0);
+  const int64_t rows = static_cast<int64_t>(padded.size());
   std::vector<float> c, sn;
-  rope_main_.compute(s.pos.data(), s.n, &c, &sn);
+  rope_main_.compute(padded.data(), rows, &c, &sn);
   s.cos_main.upload(c);
   s.sin_main.upload(sn);
-  rope_compress_.compute(s.pos.data(), s.n, &c, &sn);
+  rope_compress_.compute(padded.data(), rows, &c, &sn);
   s.cos_comp.upload(c);
   s.sin_comp.upload(sn);
+}
+
+// Rows a graph bucket holds: powers of two up to 8, then multiples of 16.
+int64_t DeepseekV41::graph_bucket(int64_t n) {
+  if (n <= 8) {
+    int64_t b = 1;
+    while (b < n) b *= 2;
+    return b;
+  }
+  return (n + 15) / 16 * 16;
+}
+
+void DeepseekV41::piece(Scratch& s, int64_t l, int which, const std::function<void()>& ops) {
+  if (s.pool < 0) return ops();
+  int64_t& g = s.graph[static_cast<size_t>(2 * l + which)];
+  if (g == -1) {  // first time: eagerly, which sizes every buffer and uploads every table
+    ops();
+    g = -2;
+    return;
+  }
+  if (g == -2) {
+    be_.begin_capture(s.pool);
+    ops();
+    g = be_.end_capture();
+  }
+  be_.replay(g);
 }
 
 void DeepseekV41::forward(std::span<SeqChunk> batch) {
   const auto& c = cfg_;
   const int64_t D = c.hidden_size, hc = c.hc_mult, V = c.vocab_size;
   const int64_t late = late_layer_start();
-  Scratch s(be_);
   const size_t nseq = batch.size();
-  s.row0.resize(nseq);
-  s.rows.resize(nseq);
-  s.states.resize(nseq);
-  s.shared.resize(nseq);
   bool any_replay = false;
+  int64_t total = 0;
   for (size_t q = 0; q < nseq; ++q) {
     const SeqChunk& ch = batch[q];
     for (int64_t i = 0; i < ch.n; ++i)
@@ -183,13 +240,42 @@ void DeepseekV41::forward(std::span<SeqChunk> batch) {
     DI_CHECK(!(ch.all_logits && ch.replay_from > 0), "all-row logits need every layer on every row");
     DI_CHECK(ch.replay_from == 0 || late < c.num_hidden_layers, "bounded replay needs a layer after the last KV source");
     any_replay = any_replay || ch.replay_from > 0;
-    s.row0[q] = s.n;
-    s.rows[q] = ch.n;
-    s.states[q] = ch.state;
-    s.n += ch.n;
+    total += ch.n;
   }
-  if (s.n == 0) return;
-  const int64_t total = s.n;
+  if (total == 0) return;
+  // Small batches without replay (decode steps) run the static pieces of every layer as graphs
+  // over a Scratch kept for their row bucket; the rest get a Scratch of their own.
+  std::unique_ptr<Scratch> own;
+  Scratch* sp = nullptr;
+  const bool graphed = graphs_ && be_.graphs() && !any_replay && total <= kGraphRows;
+  if (graphed) {
+    const int64_t bucket = graph_bucket(total);
+    std::unique_ptr<Scratch>& kept = graph_scratch_[bucket];
+    if (!kept) {
+      kept = std::make_unique<Scratch>(be_);
+      kept->pool = be_.new_graph_pool();
+      kept->graph.assign(static_cast<size_t>(2 * c.num_hidden_layers), -1);
+    }
+    sp = kept.get();
+    sp->n_pad = bucket;
+  } else {
+    own = std::make_unique<Scratch>(be_);
+    sp = own.get();
+    sp->n_pad = total;
+  }
+  Scratch& s = *sp;
+  s.begin_forward();
+  s.row0.resize(nseq);
+  s.rows.resize(nseq);
+  s.states.resize(nseq);
+  s.shared.resize(nseq);
+  for (size_t q = 0; q < nseq; ++q) {
+    s.row0[q] = s.n;
+    s.rows[q] = batch[q].n;
+    s.states[q] = batch[q].state;
+    s.n += batch[q].n;
+  }
+  const int64_t np = s.n_pad;
   std::vector<int64_t> tok(static_cast<size_t>(total));
   s.pos.resize(static_cast<size_t>(total));
   for (size_t q = 0; q < nseq; ++q)
@@ -199,19 +285,19 @@ void DeepseekV41::forward(std::span<SeqChunk> batch) {
     }
   set_positions(s);
 
-  // Streams: the embedding copied into every hc stream. [rows, hc, D]
-  kernels::Buf<float> X(be_, total * hc * D);
+  // Streams: the embedding copied into every hc stream (padding rows zero). [n_pad, hc, D]
+  s.X.resize(np * hc * D);
   {
     kernels::Buf<int64_t> d_tok(be_);
     d_tok.upload(tok);
-    be_.gather_weight_rows({.w = w_.embed, .ids = d_tok.data(), .out = X.data(), .rows = total, .copies = hc});
+    be_.gather_weight_rows({.w = w_.embed, .ids = d_tok.data(), .out = s.X.data(), .rows = total, .copies = hc});
+    if (np > total) be_.zero(s.X.data() + total * hc * D, (np - total) * hc * D * static_cast<int64_t>(sizeof(float)));
   }
-  // Previous site's pre mix: one-hot on stream 0. [rows, hc]
-  kernels::Buf<float> pre(be_);
+  // Previous site's pre mix: one-hot on stream 0. [n_pad, hc]
   {
-    std::vector<float> one_hot(static_cast<size_t>(total * hc), 0.0f);
-    for (int64_t i = 0; i < total; ++i) one_hot[static_cast<size_t>(i * hc)] = 1.0f;
-    pre.upload(one_hot);
+    std::vector<float> one_hot(static_cast<size_t>(np * hc), 0.0f);
+    for (int64_t i = 0; i < np; ++i) one_hot[static_cast<size_t>(i * hc)] = 1.0f;
+    s.pre.upload(one_hot);
   }
   // Engram hash ids of every row, for all engram layers: [rows, n_engram_layers, cols] (host).
   std::vector<int64_t> hash_ids;
@@ -223,48 +309,124 @@ void DeepseekV41::forward(std::span<SeqChunk> batch) {
       engram_->hash(batch[q].tokens, s.pos.data() + s.row0[q], batch[q].n, batch[q].state->engram_history(),
                     hash_ids.data() + s.row0[q] * hash_w);
   }
-  const float hc_eps = static_cast<float>(c.hc_eps), norm_eps = static_cast<float>(c.rms_norm_eps);
-  kernels::Buf<float> a_pre(be_), a_post(be_), a_comb(be_), f_post(be_), f_comb(be_), xc(be_), xn(be_), y(be_);
 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    if (l == late && any_replay) compact_to_tail(batch, s, X, pre, hash_ids, hash_w);
-    const int64_t n = s.n;
-    if (n == 0) continue;
-    a_pre.resize(n * hc);
-    a_post.resize(n * hc);
-    f_post.resize(n * hc);
-    a_comb.resize(n * hc * hc);
-    f_comb.resize(n * hc * hc);
-    xc.resize(n * D);
-    xn.resize(n * D);
-    y.resize(n * D);
+    if (l == late && any_replay) compact_to_tail(batch, s, hash_ids, hash_w);
+    if (s.n == 0) continue;
+    const int64_t rows = graphed ? np : s.n;  // the pieces' rows
+    size_layer(l, s, rows);
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
-    if (L.has_engram) engram(l, hash_ids, s, X.data());
-    be_.hc_mixes({.x = X.data(), .fn = L.hc_attn_fn.f32(), .scale = L.hc_attn_scale, .base = L.hc_attn_base,
-                  .pre = a_pre.data(), .post = a_post.data(), .comb = a_comb.data(), .rows = n, .hc = hc, .dim = D,
-                  .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});
-    be_.hc_collapse({.x = X.data(), .pre = pre.data(), .y = xc.data(), .rows = n, .hc = hc, .dim = D});
-    rms(xc.data(), L.attn_norm, xn.data(), n, D);
-    attention(l, xn.data(), s, y.data());
-    be_.hc_expand({.x = X.data(), .y = y.data(), .post = a_post.data(), .comb = a_comb.data(), .rows = n, .hc = hc, .dim = D});
-
-    // The FFN site: its own mixes for the streams after attention; the collapse uses the
-    // attention site's pre (computed before attention).
-    be_.hc_mixes({.x = X.data(), .fn = L.hc_ffn_fn.f32(), .scale = L.hc_ffn_scale, .base = L.hc_ffn_base,
-                  .pre = pre.data(), .post = f_post.data(), .comb = f_comb.data(), .rows = n, .hc = hc, .dim = D,
-                  .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});
-    be_.hc_collapse({.x = X.data(), .pre = a_pre.data(), .y = xc.data(), .rows = n, .hc = hc, .dim = D});
-    rms(xc.data(), L.ffn_norm, xn.data(), n, D);
-    moe(l, xn.data(), s, y.data());
-    be_.hc_expand({.x = X.data(), .y = y.data(), .post = f_post.data(), .comb = f_comb.data(), .rows = n, .hc = hc, .dim = D});
-    // `pre` now holds this layer's FFN-site pre: the next attention collapses with it.
+    if (L.has_engram) engram(l, hash_ids, s, s.X.data());
+    piece(s, l, 0, [&] { attention_in(l, s, rows); });
+    attention(l, s);
+    piece(s, l, 1, [&] { attention_out_and_ffn(l, s, rows); });
   }
   for (size_t q = 0; q < nseq; ++q) batch[q].state->advance(batch[q].n);
+  head(batch, s);
+}
 
-  // Head: every row, or each sequence's last row (its last active row under replay).
+void DeepseekV41::size_layer(int64_t l, Scratch& s, int64_t rows) {
+  const auto& c = cfg_;
+  const int64_t D = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads, hd = c.head_dim;
+  for (auto* b : {&s.a_pre, &s.a_post, &s.f_post}) b->resize(rows * hc);
+  for (auto* b : {&s.a_comb, &s.f_comb}) b->resize(rows * hc * hc);
+  for (auto* b : {&s.xc, &s.xn, &s.y}) b->resize(rows * D);
+  s.q.resize(rows * H * hd);
+  s.o.resize(rows * H * hd);
+  s.kv.resize(rows * hd);
+  const bool packed = hd % 32 == 0;
+  s.kv_codes.resize(packed ? rows * hd : 0);
+  s.kv_scales.resize(packed ? rows * hd / 32 : 0);
+  s.ckv.resize(c.is_kv_source(l) ? rows * hd : 0);
+  s.cgate.resize(c.is_kv_source(l) && c.ratio(l) > 1 ? rows * hd : 0);
+  s.iq.resize(c.is_index_source(l) ? rows * c.index_n_heads * c.index_head_dim : 0);
+  s.iw.resize(c.is_index_source(l) ? rows * c.index_n_heads : 0);
+  // The attention writes the active rows: the padding rows stay zero (finite) for the pieces.
+  if (rows > s.n)
+    be_.zero(s.o.data() + s.n * H * hd, (rows - s.n) * H * hd * static_cast<int64_t>(sizeof(float)));
+}
+
+void DeepseekV41::attention_in(int64_t l, Scratch& s, int64_t n) {
+  const auto& c = cfg_;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  const AttentionWeights& A = L.attn;
+  const int64_t D = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads, hd = c.head_dim;
+  const float hc_eps = static_cast<float>(c.hc_eps), norm_eps = static_cast<float>(c.rms_norm_eps);
+  be_.hc_mixes({.x = s.X.data(), .fn = L.hc_attn_fn.f32(), .scale = L.hc_attn_scale, .base = L.hc_attn_base,
+                .pre = s.a_pre.data(), .post = s.a_post.data(), .comb = s.a_comb.data(), .rows = n, .hc = hc, .dim = D,
+                .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});
+  be_.hc_collapse({.x = s.X.data(), .pre = s.pre.data(), .y = s.xc.data(), .rows = n, .hc = hc, .dim = D});
+  rms(s.xc.data(), L.attn_norm, s.xn.data(), n, D);
+  const float* xn = s.xn.data();
+  const int64_t ratio = c.ratio(l);
+  const float* cs = ratio > 0 ? s.cos_comp.data() : s.cos_main.data();
+  const float* sn = ratio > 0 ? s.sin_comp.data() : s.sin_main.data();
+  // Queries through the low-rank path (qr also feeds the indexer), and the window K=V (norm,
+  // RoPE, FP8 fake quantisation: its codes and scales are what the window rings store).
+  kernels::Buf<float> qr(be_, n * c.q_lora_rank);
+  linear(xn, n, A.wq_a, qr.data());
+  rms(qr.data(), A.q_norm, qr.data(), n, c.q_lora_rank);
+  linear(qr.data(), n, A.wq_b, s.q.data());
+  rope_rows(s.q.data(), n, H, hd, cs, sn, false);
+  linear(xn, n, A.wkv, s.kv.data());
+  rms(s.kv.data(), A.kv_norm, s.kv.data(), n, hd);
+  rope_rows(s.kv.data(), n, 1, hd, cs, sn, false);
+  const bool packed = hd % 32 == 0;
+  be_.fake_quant({.x = s.kv.data(), .rows = n, .dim = hd, .block = 32, .kind = FakeQuant::kFp8Pow2,
+                  .codes = packed ? s.kv_codes.data() : nullptr, .scales = packed ? s.kv_scales.data() : nullptr});
+  // Compressor projections (KV sources), sliced per sequence by the attention.
+  if (c.is_kv_source(l)) {
+    linear(xn, n, A.c_wkv, s.ckv.data());
+    if (ratio > 1) linear(xn, n, A.c_wgate, s.cgate.data());
+  }
+  // Indexer queries and head weights (index sources).
+  if (c.is_index_source(l)) {
+    const int64_t nh = c.index_n_heads, di = c.index_head_dim;
+    linear(qr.data(), n, A.i_wq_b, s.iq.data());
+    rope_rows(s.iq.data(), n, nh, di, s.cos_comp.data(), s.sin_comp.data(), false);
+    be_.fake_quant({.x = s.iq.data(), .rows = n * nh, .dim = di, .block = 32, .kind = FakeQuant::kFp4Pow2});
+    linear(xn, n, A.i_weights_proj, s.iw.data());
+    be_.scale({.x = s.iw.data(), .n = n * nh, .s = 1.0f / std::sqrt(static_cast<float>(nh))});
+  }
+}
+
+void DeepseekV41::attention_out_and_ffn(int64_t l, Scratch& s, int64_t n) {
+  const auto& c = cfg_;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  const AttentionWeights& A = L.attn;
+  const int64_t D = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads, hd = c.head_dim;
+  const float hc_eps = static_cast<float>(c.hc_eps), norm_eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t ratio = c.ratio(l);
+  const float* cs = ratio > 0 ? s.cos_comp.data() : s.cos_main.data();
+  const float* sn = ratio > 0 ? s.sin_comp.data() : s.sin_main.data();
+  // Remove the query's rotation from the output, then the grouped low-rank projection.
+  rope_rows(s.o.data(), n, H, hd, cs, sn, true);
+  const int64_t G = c.o_groups, gw = H * hd / G, olr = c.o_lora_rank;
+  kernels::Buf<float> z(be_, n * G * olr);
+  be_.matmul({.x = s.o.data(), .w = A.wo_a, .y = z.data(), .m = n, .n = olr, .k = gw, .ldx = H * hd, .ldy = G * olr,
+              .groups = G, .x_group_stride = gw, .y_group_stride = olr});
+  be_.matmul({.x = z.data(), .w = A.wo_b, .y = s.y.data(), .m = n, .n = D, .k = G * olr});
+  be_.hc_expand({.x = s.X.data(), .y = s.y.data(), .post = s.a_post.data(), .comb = s.a_comb.data(), .rows = n, .hc = hc,
+                 .dim = D});
+  // The FFN site: its own mixes for the streams after attention; the collapse uses the
+  // attention site's pre (computed before attention). `pre` then holds the FFN site's pre:
+  // the next layer's attention collapses with it.
+  be_.hc_mixes({.x = s.X.data(), .fn = L.hc_ffn_fn.f32(), .scale = L.hc_ffn_scale, .base = L.hc_ffn_base,
+                .pre = s.pre.data(), .post = s.f_post.data(), .comb = s.f_comb.data(), .rows = n, .hc = hc, .dim = D,
+                .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});
+  be_.hc_collapse({.x = s.X.data(), .pre = s.a_pre.data(), .y = s.xc.data(), .rows = n, .hc = hc, .dim = D});
+  rms(s.xc.data(), L.ffn_norm, s.xn.data(), n, D);
+  moe(l, s.xn.data(), n, s.y.data());
+  be_.hc_expand({.x = s.X.data(), .y = s.y.data(), .post = s.f_post.data(), .comb = s.f_comb.data(), .rows = n, .hc = hc,
+                 .dim = D});
+}
+
+void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
+  // Every row, or each sequence's last row (its last active row under replay).
+  const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
   std::vector<int32_t> out_rows;
   std::vector<float*> out_ptrs;
-  for (size_t q = 0; q < nseq; ++q) {
+  for (size_t q = 0; q < batch.size(); ++q) {
     if (!batch[q].logits || s.rows[q] == 0) continue;
     if (batch[q].all_logits) {
       for (int64_t i = 0; i < s.rows[q]; ++i) {
@@ -283,11 +445,9 @@ void DeepseekV41::forward(std::span<SeqChunk> batch) {
   }
   kernels::Buf<int32_t> d_rows(be_);
   d_rows.upload(out_rows);
-  kernels::Buf<float> Xo(be_, m * hc * D), pre_o(be_, m * hc);
-  be_.gather_rows({.src = X.data(), .idx = d_rows.data(), .dst = Xo.data(), .rows = m, .width = hc * D});
-  be_.gather_rows({.src = pre.data(), .idx = d_rows.data(), .dst = pre_o.data(), .rows = m, .width = hc});
-  xc.resize(m * D);
-  xn.resize(m * D);
+  kernels::Buf<float> Xo(be_, m * hc * D), pre_o(be_, m * hc), xc(be_, m * D), xn(be_, m * D);
+  be_.gather_rows({.src = s.X.data(), .idx = d_rows.data(), .dst = Xo.data(), .rows = m, .width = hc * D});
+  be_.gather_rows({.src = s.pre.data(), .idx = d_rows.data(), .dst = pre_o.data(), .rows = m, .width = hc});
   be_.hc_collapse({.x = Xo.data(), .pre = pre_o.data(), .y = xc.data(), .rows = m, .hc = hc, .dim = D});
   rms(xc.data(), w_.norm, xn.data(), m, D);
   kernels::Buf<float> lg(be_, m * V);
@@ -301,8 +461,7 @@ void DeepseekV41::forward(std::span<SeqChunk> batch) {
   }
 }
 
-void DeepseekV41::compact_to_tail(std::span<SeqChunk> batch, Scratch& s, kernels::Buf<float>& X, kernels::Buf<float>& pre,
-                                  std::vector<int64_t>& hash_ids, int64_t hash_w) {
+void DeepseekV41::compact_to_tail(std::span<SeqChunk> batch, Scratch& s, std::vector<int64_t>& hash_ids, int64_t hash_w) {
   // Keep, per sequence, only the rows at or after replay_from: the decoder layers run on the
   // tail. Per-row published tensors (top-k, candidates) are compacted with them.
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
@@ -332,64 +491,29 @@ void DeepseekV41::compact_to_tail(std::span<SeqChunk> batch, Scratch& s, kernels
   kernels::Buf<int32_t> d_kept(be_);
   d_kept.upload(kept);
   kernels::Buf<float> X2(be_, n * hc * D), pre2(be_, n * hc);
-  be_.gather_rows({.src = X.data(), .idx = d_kept.data(), .dst = X2.data(), .rows = n, .width = hc * D});
-  be_.gather_rows({.src = pre.data(), .idx = d_kept.data(), .dst = pre2.data(), .rows = n, .width = hc});
-  X = std::move(X2);
-  pre = std::move(pre2);
+  be_.gather_rows({.src = s.X.data(), .idx = d_kept.data(), .dst = X2.data(), .rows = n, .width = hc * D});
+  be_.gather_rows({.src = s.pre.data(), .idx = d_kept.data(), .dst = pre2.data(), .rows = n, .width = hc});
+  s.X = std::move(X2);
+  s.pre = std::move(pre2);
   hash_ids = std::move(hashes);
   s.pos = std::move(pos);
   s.n = n;
+  s.n_pad = n;
   set_positions(s);
 }
 
-void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
+void DeepseekV41::attention(int64_t l, Scratch& s) {
   const auto& c = cfg_;
   const AttentionWeights& A = w_.layers[static_cast<size_t>(l)].attn;
-  const int64_t n = s.n, D = c.hidden_size, H = c.num_attention_heads, hd = c.head_dim;
+  const int64_t n = s.n, H = c.num_attention_heads, hd = c.head_dim;
   const int64_t ratio = c.ratio(l);
-  const float* cs = ratio > 0 ? s.cos_comp.data() : s.cos_main.data();
-  const float* sn = ratio > 0 ? s.sin_comp.data() : s.sin_main.data();
-
-  // Batched over every row: queries through the low-rank path (qr also feeds the indexer),
-  // and the window K=V (norm, RoPE, FP8 fake quantisation).
-  kernels::Buf<float> qr(be_, n * c.q_lora_rank);
-  linear(xn, n, A.wq_a, qr.data());
-  rms(qr.data(), A.q_norm, qr.data(), n, c.q_lora_rank);
-  kernels::Buf<float> q(be_, n * H * hd);
-  linear(qr.data(), n, A.wq_b, q.data());
-  rope_rows(q.data(), n, H, hd, cs, sn, false);
-  kernels::Buf<float> kv(be_, n * hd);
-  linear(xn, n, A.wkv, kv.data());
-  rms(kv.data(), A.kv_norm, kv.data(), n, hd);
-  rope_rows(kv.data(), n, 1, hd, cs, sn, false);
-  // The FP8 codes and scales are what the window rings store.
-  const bool packed = hd % 32 == 0;
-  kernels::Buf<uint8_t> kv_codes(be_, packed ? n * hd : 0), kv_scales(be_, packed ? n * hd / 32 : 0);
-  be_.fake_quant({.x = kv.data(), .rows = n, .dim = hd, .block = 32, .kind = FakeQuant::kFp8Pow2,
-                  .codes = packed ? kv_codes.data() : nullptr, .scales = packed ? kv_scales.data() : nullptr});
-
-  // Compressor projections of every row (KV sources), sliced per sequence below.
-  kernels::Buf<float> ckv(be_), cgate(be_);
-  if (c.is_kv_source(l)) {
-    ckv.resize(n * hd);
-    linear(xn, n, A.c_wkv, ckv.data());
-    if (ratio > 1) {
-      cgate.resize(n * hd);
-      linear(xn, n, A.c_wgate, cgate.data());
-    }
-  }
-  // Indexer queries and head weights of every row (index sources).
-  kernels::Buf<float> iq(be_), iw(be_);
-  if (c.is_index_source(l)) {
-    const int64_t nh = c.index_n_heads, di = c.index_head_dim;
-    iq.resize(n * nh * di);
-    linear(qr.data(), n, A.i_wq_b, iq.data());
-    rope_rows(iq.data(), n, nh, di, s.cos_comp.data(), s.sin_comp.data(), false);
-    be_.fake_quant({.x = iq.data(), .rows = n * nh, .dim = di, .block = 32, .kind = FakeQuant::kFp4Pow2});
-    iw.resize(n * nh);
-    linear(xn, n, A.i_weights_proj, iw.data());
-    be_.scale({.x = iw.data(), .n = n * nh, .s = 1.0f / std::sqrt(static_cast<float>(nh))});
-  }
+  const float* kv = s.kv.data();
+  const uint8_t* kv_codes = s.kv_codes.data();
+  const uint8_t* kv_scales = s.kv_scales.data();
+  const kernels::Buf<float>& ckv = s.ckv;
+  const kernels::Buf<float>& cgate = s.cgate;
+  const kernels::Buf<float>& iq = s.iq;
+  const kernels::Buf<float>& iw = s.iw;
 
   // Window entries of every sequence (cached ring rows, then this chunk's) gathered into one
   // buffer; the compressed branch runs sequence by sequence; then one attention call covers
@@ -404,7 +528,7 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
     win_off[qi] = total_win;
     total_win += n_cached[qi] + s.rows[qi];
   }
-  kernels::Buf<float> o(be_, n * H * hd), win(be_, total_win * hd), latent(be_);
+  kernels::Buf<float> win(be_, total_win * hd), latent(be_);
   std::vector<int64_t> win_pos(static_cast<size_t>(total_win));
   std::vector<kernels::PackedDesc> ring_reads;
   std::vector<kernels::CopyDesc> win_copies;
@@ -423,7 +547,7 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
     } else if (nc > 0) {
       win_copies.push_back({win.data() + off * hd, ring.kv.values_at(0), nc * hd * F});
     }
-    win_copies.push_back({win.data() + (off + nc) * hd, kv.data() + r0 * hd, m * hd * F});
+    win_copies.push_back({win.data() + (off + nc) * hd, kv + r0 * hd, m * hd * F});
   }
   copy_batch(win_copies);
   if (!ring_reads.empty()) {
@@ -489,7 +613,7 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
     kernels::Buf<int32_t> d_q_seq(be_);
     d_seqs.upload(seqs);
     d_q_seq.upload(q_seq);
-    be_.attention({.q = q.data(), .q_pos = s.d_pos.data(), .sink = A.attn_sink, .out = o.data(), .s = n, .heads = H,
+    be_.attention({.q = s.q.data(), .q_pos = s.d_pos.data(), .sink = A.attn_sink, .out = s.o.data(), .s = n, .heads = H,
                    .head_dim = hd, .window = c.sliding_window, .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
                    .seqs = d_seqs.data(), .q_seq = d_q_seq.data(), .n_seqs = static_cast<int64_t>(seqs.size()),
                    .max_t_win = max_t_win, .max_t_comp = max_t_comp});
@@ -503,22 +627,14 @@ void DeepseekV41::attention(int64_t l, const float* xn, Scratch& s, float* y) {
     const int64_t t_win = n_cached[qi] + m;
     const int64_t keep = std::min<int64_t>(c.sliding_window - 1, t_win), drop = t_win - keep;
     if (ring.kv.packed()) {
-      ring_writes.push_back({ring.kv.code_slot(m), kv_codes.data() + r0 * hd, m * hd});
-      ring_writes.push_back({ring.kv.scale_slot(m), kv_scales.data() + r0 * hd / 32, m * hd / 32});
+      ring_writes.push_back({ring.kv.code_slot(m), kv_codes + r0 * hd, m * hd});
+      ring_writes.push_back({ring.kv.scale_slot(m), kv_scales + r0 * hd / 32, m * hd / 32});
     }
-    ring.kv.append(kv.data() + r0 * hd, m);
+    ring.kv.append(kv + r0 * hd, m);
     ring.kv.drop_front(drop);
     ring.pos.assign(win_pos.begin() + win_off[qi] + drop, win_pos.begin() + win_off[qi] + t_win);
   }
   copy_batch(ring_writes);
-
-  // Remove the query's rotation from the output, then the grouped low-rank projection.
-  rope_rows(o.data(), n, H, hd, cs, sn, true);
-  const int64_t G = c.o_groups, gw = H * hd / G, olr = c.o_lora_rank;
-  kernels::Buf<float> z(be_, n * G * olr);
-  be_.matmul({.x = o.data(), .w = A.wo_a, .y = z.data(), .m = n, .n = olr, .k = gw, .ldx = H * hd, .ldy = G * olr,
-              .groups = G, .x_group_stride = gw, .y_group_stride = olr});
-  be_.matmul({.x = z.data(), .w = A.wo_b, .y = y, .m = n, .n = D, .k = G * olr});
 }
 
 void DeepseekV41::compressor(int64_t l, const float* kv, const float* gate, int64_t n, SourceState& src,
@@ -602,10 +718,10 @@ void DeepseekV41::indexer(int64_t l, const float* q, const float* w, const int64
   sh.topk_t = T;
 }
 
-void DeepseekV41::moe(int64_t l, const float* xn, Scratch& s, float* y) {
+void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {
   const auto& c = cfg_;
   const MoeWeights& F = w_.layers[static_cast<size_t>(l)].ffn;
-  const int64_t n = s.n, D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, I = c.moe_intermediate_size;
+  const int64_t D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, I = c.moe_intermediate_size;
   kernels::Buf<float> logits(be_, n * E);
   linear(xn, n, F.gate, logits.data());
   kernels::Buf<int32_t> routed_ids(be_, n * K);

@@ -15,6 +15,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -67,21 +69,35 @@ class DeepseekV41 {
   void forward(const int64_t* tokens, int64_t n, SequenceState& state, float* logits, bool last_only = false);
   // First layer that bounded replay skips for non-tail rows (= last KV source + 1; L if none).
   int64_t late_layer_start() const;
+  // Graphs on backends that have them (on by default): decode-sized forwards run the static
+  // half of every layer as replayed graphs. Off frees them.
+  void set_graphs(bool on);
+  bool graphs() const { return graphs_ && be_.graphs(); }
 
  private:
   struct Shared;  // per-forward published tensors (compressed KV, indexer keys, top-k)
   struct Scratch;
   // Pointers below are backend memory unless they say host.
-  void attention(int64_t layer, const float* xn, Scratch& s, float* y);
+  // A layer: size_layer (buffers for `rows` rows), attention_in (mixes, norm, projections:
+  // a graph piece), attention (windows, compressed branch, attention: eager, per sequence),
+  // attention_out_and_ffn (output projection, FFN site, MoE: a graph piece).
+  void size_layer(int64_t layer, Scratch& s, int64_t rows);
+  void attention_in(int64_t layer, Scratch& s, int64_t rows);
+  void attention(int64_t layer, Scratch& s);
+  void attention_out_and_ffn(int64_t layer, Scratch& s, int64_t rows);
+  void head(std::span<SeqChunk> batch, Scratch& s);
+  // Runs `ops` (which only touch s's buffers, weights and their own temporaries) as graph
+  // `which` of layer l of s's bucket: eagerly the first time, then captured and replayed.
+  void piece(Scratch& s, int64_t layer, int which, const std::function<void()>& ops);
+  static int64_t graph_bucket(int64_t rows);
   // kv/gate: [n, hd] compressor projections of one sequence's rows (gate null at ratio 1).
   void compressor(int64_t layer, const float* kv, const float* gate, int64_t n, SourceState& src,
                   kernels::Buf<float>& latent, int64_t* n_groups, int64_t* g0);
   // q: [n, heads, d_idx] rotated, FP4-rounded indexer queries; w: [n, heads] head weights.
   void indexer(int64_t layer, const float* q, const float* w, const int64_t* pos, int64_t n,
                const kernels::Buf<float>& latent, int64_t n_groups, int64_t g0, SourceState& src, Shared& sh);
-  void compact_to_tail(std::span<SeqChunk> batch, Scratch& s, kernels::Buf<float>& X, kernels::Buf<float>& pre,
-                       std::vector<int64_t>& hash_ids, int64_t hash_w);
-  void moe(int64_t layer, const float* xn, Scratch& s, float* y);
+  void compact_to_tail(std::span<SeqChunk> batch, Scratch& s, std::vector<int64_t>& hash_ids, int64_t hash_w);
+  void moe(int64_t layer, const float* xn, int64_t rows, float* y);
   // hash_ids: host [rows, n_engram_layers, cols].
   void engram(int64_t layer, const std::vector<int64_t>& hash_ids, Scratch& s, float* X);
   void rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* cos, const float* sin, bool inverse);
@@ -105,6 +121,11 @@ class DeepseekV41 {
   RopeTable rope_main_, rope_compress_;
   std::shared_ptr<const EngramHasher> engram_;
   std::vector<kernels::Buf<float>> engram_qk_;  // per engram layer: q_weight * k_weight [hc, D]
+  // Graphs (backends that have them): forwards of at most kGraphRows rows without replay run
+  // their static pieces as graphs, one Scratch per row bucket.
+  static constexpr int64_t kGraphRows = 256;
+  bool graphs_ = true;
+  std::map<int64_t, std::unique_ptr<Scratch>> graph_scratch_;
 };
 
 }  // namespace deepinfer::model

@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/cuda_test_util.h"
+#include "model/quantize.h"
 
 using namespace deepinfer;
 using namespace deepinfer::kernels;
@@ -134,27 +135,86 @@ TEST(CudaMoe, GroupedMatmulBf16MatchesTheCpuAndIsRowInvariant) {
   }
 }
 
-TEST(CudaMoe, GroupedMatmulFloat32FallsBackToMatmulPerExpert) {
-  Backends b;  // float32: the offsets read back, one matmul per expert
-  const int64_t E = 8, K = 2, tokens = 7, n = 32, k = 64, rows = tokens * K;
-  const auto off = offsets_of(tokens, K, E, 3);
-  std::vector<std::vector<float>> wf;
-  std::vector<std::unique_ptr<Dev<float>>> dwf;
-  std::vector<WeightView> hv, dv;
-  for (int64_t e = 0; e < E; ++e) {
-    wf.push_back(randn(static_cast<size_t>(n * k), 20 + static_cast<uint32_t>(e)));
-    dwf.push_back(std::make_unique<Dev<float>>(wf.back()));
-    hv.push_back(WeightView::f32(wf.back().data(), n, k));
-    dv.push_back(WeightView::f32(dwf.back()->p, n, k));
+TEST(CudaMoe, DenseBf16MatmulIsRowInvariantAndMatchesTheCpu) {
+  // The bf16 mma kernel as the dense product (bf16 weights): a row's bits are the same in a
+  // product of 1, 37 or 300 rows (other tilings), and grouped strided products (the output
+  // projection's shape) match the CPU's emulation.
+  auto cpu = make_cpu_backend(0, Precision::kBF16);
+  for (bool invariant : {true, false}) {
+    auto gpu = make_cuda_backend(0, Precision::kBF16, invariant);
+    const int64_t n = 320, k = 1280, G = 4, rows = 300;
+    Experts w(1, G * n, k, 500);
+    const auto x = randn(static_cast<size_t>(rows * G * k), 501);
+    Dev<float> dx(x);
+    // Plain product over the first k columns of each row (ldx = G*k).
+    std::vector<float> ref(static_cast<size_t>(rows * n));
+    cpu->matmul({.x = x.data(), .w = w.hv[0], .y = ref.data(), .m = rows, .n = n, .k = k, .ldx = G * k});
+    std::vector<std::vector<float>> got;
+    for (int64_t m : {int64_t{1}, int64_t{37}, rows}) {
+      Dev<float> dy(static_cast<size_t>(m * n));
+      gpu->matmul({.x = dx.p, .w = w.dv[0], .y = dy.p, .m = m, .n = n, .k = k, .ldx = G * k});
+      gpu->synchronize();
+      got.push_back(dy.get());
+    }
+    EXPECT_LT(rel_err(ref, got[2]), 2e-5) << "invariant " << invariant;
+    if (invariant) {  // (non-invariant mode may hand large products to cuBLAS)
+      EXPECT_EQ(std::memcmp(got[0].data(), got[2].data(), static_cast<size_t>(n) * 4), 0);
+      EXPECT_EQ(std::memcmp(got[1].data(), got[2].data(), static_cast<size_t>(37 * n) * 4), 0);
+    }
+    // Grouped: group g multiplies columns [g*k, +k) by weight rows [g*n, +n) into y columns [g*n, +n).
+    std::vector<float> gref(static_cast<size_t>(rows * G * n));
+    const MatmulArgs ga{.x = x.data(), .w = w.hv[0], .y = gref.data(), .m = rows, .n = n, .k = k, .groups = G,
+                        .x_group_stride = k, .y_group_stride = n};
+    cpu->matmul(ga);
+    Dev<float> gy(gref.size());
+    MatmulArgs gd = ga;
+    gd.x = dx.p;
+    gd.w = w.dv[0];
+    gd.y = gy.p;
+    gpu->matmul(gd);
+    gpu->synchronize();
+    EXPECT_LT(rel_err(gref, gy.get()), 2e-5) << "grouped, invariant " << invariant;
   }
+}
+
+TEST(CudaMoe, GroupedMatmulAnyFormatMatchesTheCpu) {
+  // Weights not stored as bf16 (and float32 precision): float32 math on the device, any format.
+  const int64_t E = 8, K = 2, tokens = 7, n = 32, k = 96, rows = tokens * K;
+  const auto off = offsets_of(tokens, K, E, 3);
   const auto x = randn(static_cast<size_t>(rows * k), 30);
-  std::vector<float> ref(static_cast<size_t>(rows * n));
-  b.cpu->grouped_matmul({.x = x.data(), .w = hv.data(), .offsets = off.data(), .y = ref.data(), .rows = rows, .n = n, .k = k, .experts = E});
-  Dev<float> dx(x), dy(ref.size());
+  Dev<float> dx(x);
   Dev<int32_t> doff(off);
-  b.gpu->grouped_matmul({.x = dx.p, .w = dv.data(), .offsets = doff.p, .y = dy.p, .rows = rows, .n = n, .k = k, .experts = E});
-  b.gpu->synchronize();
-  EXPECT_LT(rel_err(ref, dy.get()), 1e-5);
+  for (auto fmt : {WeightFormat::kF32, WeightFormat::kFP8Block32, WeightFormat::kMXFP4}) {
+    model::Weights owner;
+    std::vector<std::vector<float>> wf;
+    std::vector<std::unique_ptr<Dev<uint8_t>>> dev;
+    std::vector<WeightView> hv, dv;
+    for (int64_t e = 0; e < E; ++e) {
+      wf.push_back(randn(static_cast<size_t>(n * k), 20 + static_cast<uint32_t>(e), 0.1f));
+      const WeightView w = model::quantize_matrix(WeightView::f32(wf.back().data(), n, k), fmt, owner);
+      hv.push_back(w);
+      // Values then scales, as one device block.
+      const int64_t bytes = weight_bytes(w), sc = weight_scale_bytes(w);
+      std::vector<uint8_t> blob(static_cast<const uint8_t*>(w.data), static_cast<const uint8_t*>(w.data) + bytes - sc);
+      blob.insert(blob.end(), w.scale, w.scale + sc);
+      dev.push_back(std::make_unique<Dev<uint8_t>>(blob));
+      WeightView d = w;
+      d.data = dev.back()->p;
+      d.scale = sc ? dev.back()->p + (bytes - sc) : nullptr;
+      dv.push_back(d);
+    }
+    for (Precision p : {Precision::kFloat32, Precision::kBF16}) {
+      auto cpu = make_cpu_backend(0, p);
+      auto gpu = make_cuda_backend(0, p);
+      std::vector<float> ref(static_cast<size_t>(rows * n));
+      cpu->grouped_matmul({.x = x.data(), .w = hv.data(), .offsets = off.data(), .y = ref.data(), .rows = rows, .n = n, .k = k,
+                           .experts = E});
+      Dev<float> dy(ref.size());
+      gpu->grouped_matmul({.x = dx.p, .w = dv.data(), .offsets = doff.p, .y = dy.p, .rows = rows, .n = n, .k = k, .experts = E});
+      gpu->synchronize();
+      EXPECT_LT(rel_err(ref, dy.get()), 1e-5) << "format " << static_cast<int>(fmt) << " bf16 " << (p == Precision::kBF16);
+    }
+  }
 }
 
 }  // namespace

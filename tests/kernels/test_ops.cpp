@@ -202,6 +202,21 @@ TEST(Ops, RouterSqrtSoftplusBiasForSelectionOnly) {
   EXPECT_NEAR(w[1], 1.5 * s3 / (s0 + s3), 1e-6);
 }
 
+TEST(Ops, GroupedProductStridesDefaultToTheColumnsItTouches) {
+  // groups = 3: group g reads x columns [g*4, +4) of rows 12 wide, writes y columns [g*2, +2).
+  auto be = kernels::make_cpu_backend(1);
+  const int64_t m = 2, n = 2, k = 4, G = 3;
+  auto x = randn(m * G * k, 8), w = randn(G * n * k, 9);
+  std::vector<float> y(m * G * n), ref(m * G * n);
+  const auto wv = kernels::WeightView::f32(w.data(), G * n, k);
+  be->matmul({.x = x.data(), .w = wv, .y = y.data(), .m = m, .n = n, .k = k, .groups = G, .x_group_stride = k,
+              .y_group_stride = n});
+  for (int64_t g = 0; g < G; ++g)
+    be->matmul({.x = x.data() + g * k, .w = wv, .y = ref.data() + g * n, .m = m, .n = n, .k = k, .ldx = G * k, .ldy = G * n,
+                .w_row0 = g * n});
+  EXPECT_EQ(y, ref);
+}
+
 TEST(Ops, MoePermuteIsAStableSortByExpert) {
   auto be = kernels::make_cpu_backend(1);
   // 3 tokens x 2 slots over 4 experts; expert 2 is never picked.

@@ -26,8 +26,8 @@ class CpuBackend final : public Backend {
         b.groups = 1;
         b.x = a.x + g * a.x_group_stride;
         b.y = a.y + g * a.y_group_stride;
-        b.ldx = a.ldx ? a.ldx : a.k;
-        b.ldy = a.ldy ? a.ldy : a.n;
+        b.ldx = a.ldx ? a.ldx : (a.groups - 1) * a.x_group_stride + a.k;  // the columns every group touches
+        b.ldy = a.ldy ? a.ldy : (a.groups - 1) * a.y_group_stride + a.n;
         b.w_row0 = a.w_row0 + g * a.n;
         matmul(b);
       }

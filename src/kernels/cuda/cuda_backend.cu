@@ -40,6 +40,11 @@ class CudaBackend final : public Backend {
     DI_CUBLAS_CHECK(cublasCreate(&blas_tc_));                          // bf16 on tensor cores
     DI_CUBLAS_CHECK(cublasSetStream(blas_tc_, stream_));
     DI_CUBLAS_CHECK(cublasSetMathMode(blas_tc_, CUBLAS_DEFAULT_MATH));
+    // Fixed cuBLAS workspaces, so a captured product allocates nothing.
+    for (auto [h, ws] : {std::pair{blas_, &blas_ws_}, {blas_tc_, &blas_tc_ws_}}) {
+      DI_CUDA_CHECK(cudaMalloc(ws, kBlasWorkspace));
+      DI_CUBLAS_CHECK(cublasSetWorkspace(h, *ws, kBlasWorkspace));
+    }
     // Keep freed pool memory cached instead of returning it to the driver at every sync.
     cudaMemPool_t pool = nullptr;
     DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
@@ -49,6 +54,10 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     for (auto& [w, t] : tables_) release(t.dev);
+    for (size_t i = 0; i < pools_.size(); ++i)
+      if (pools_[i]) free_graph_pool(static_cast<int64_t>(i));
+    cudaFree(blas_ws_);
+    cudaFree(blas_tc_ws_);
     for (auto& [cls, list] : free_)
       for (void* p : list) cudaFree(p);
     if (staging_) cudaFreeHost(staging_);
@@ -71,6 +80,7 @@ class CudaBackend final : public Backend {
   void* alloc(int64_t bytes) override {
     check_size(bytes, "alloc");
     const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+    if (capturing_) return capturing_->take(n);
     if (n > kCacheMax) {
       void* p = nullptr;
       DI_CUDA_CHECK(cudaMallocAsync(&p, n, stream_));
@@ -91,7 +101,10 @@ class CudaBackend final : public Backend {
   void release(void* p) override {
     if (!p) return;
     auto it = cached_.find(p);
+    if (capturing_ && !capturing_->owns(p)) refuse("releasing memory allocated outside it");
     if (it == cached_.end()) {
+      for (const auto& pool : pools_)
+        if (pool && pool->owns(p)) return;  // a graph pool's: freed with the pool
       DI_CUDA_CHECK(cudaFreeAsync(p, stream_));
       return;
     }
@@ -108,6 +121,7 @@ class CudaBackend final : public Backend {
   // at 0 (grown first when this one upload is larger than the whole ring).
   void upload(void* dst, const void* src, int64_t bytes) override {
     check_size(bytes, "upload");
+    if (capturing_) refuse("an upload");
     if (bytes == 0) return;
     const size_t n = static_cast<size_t>(bytes);
     if (staging_off_ + n > staging_cap_) {
@@ -127,6 +141,7 @@ class CudaBackend final : public Backend {
   }
   void download(void* dst, const void* src, int64_t bytes) override {
     check_size(bytes, "download");
+    if (capturing_) refuse("a download");
     if (bytes == 0) return;
     DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
     synchronize();
@@ -163,16 +178,31 @@ class CudaBackend final : public Backend {
     cuda::moe_permute(a, counts, stream_);
     release(counts);
   }
-  // bf16 experts: one launch for all of them, reading the offsets on the device (no host
-  // sync). Other formats or float32: the offsets read back, then a matmul per expert.
+  // Every expert in one launch, the offsets read on the device (no host round trip): bf16
+  // tensor cores when every expert is stored as bf16, else float32 math from any format.
   void grouped_matmul(const GroupedMatmulArgs& a) override {
     if (a.rows == 0) return;
-    const void* const* table = precision_ == Precision::kBF16 && cuda::grouped_gemm_bf16_fits(a.n, a.k) ? expert_table(a)
-                                                                                                         : nullptr;
-    if (!table) return Backend::grouped_matmul(a);
-    void* xb = scratch<uint8_t>(a.rows * a.k * 2);
+    bool tensor_cores = precision_ == Precision::kBF16 && cuda::gemm_bf16_fits(a.n, a.k);
+    for (int64_t e = 0; e < a.experts; ++e) {
+      const WeightView& v = a.w[e];
+      if (v.rows < a.n || v.cols != a.k) {
+        std::fprintf(stderr, "deepinfer: grouped matmul: expert %lld is [%lld, %lld], not [>= %lld, %lld]\n",
+                     static_cast<long long>(e), static_cast<long long>(v.rows), static_cast<long long>(v.cols),
+                     static_cast<long long>(a.n), static_cast<long long>(a.k));
+        std::abort();
+      }
+      tensor_cores = tensor_cores && v.format == WeightFormat::kBF16 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
+    }
+    const WeightView* table = expert_table(a);
+    if (!tensor_cores)
+      return cuda::grouped_gemm_any(a.x, table, a.offsets, a.y, a.rows, a.n, a.k, a.experts,
+                                    precision_ == Precision::kBF16, stream_);
+    auto* xb = scratch<__nv_bfloat16>(a.rows * a.k);
     cuda::to_bf16(a.x, a.rows, a.rows, a.k, a.k, xb, stream_);
-    cuda::grouped_gemm_bf16(xb, table, a.offsets, a.y, a.rows, a.n, a.k, a.experts, stream_);
+    cuda::Bf16Gemm p{.x = xb, .ldx = a.k, .w_table = table, .offsets = a.offsets, .y = a.y, .ldy = a.n,
+                     .m = static_cast<int>(a.rows), .n = static_cast<int>(a.n), .k = static_cast<int>(a.k),
+                     .experts = static_cast<int>(a.experts)};
+    cuda::gemm_bf16(p, stream_);
     release(xb);
   }
   void hc_mixes(const HcMixesArgs& a) override {
@@ -191,6 +221,22 @@ class CudaBackend final : public Backend {
     const int64_t yw = G > 1 ? (G - 1) * a.y_group_stride + a.n : a.n;
     const int64_t xs = G > 1 ? a.x_group_stride : 0, ys = G > 1 ? a.y_group_stride : 0;
     const int64_t ldx = a.ldx ? a.ldx : xw, ldy = a.ldy ? a.ldy : yw;
+    // bf16 weights: the mma kernel, whose rows never depend on the batch (no tiles, no
+    // padding), for every product in invariant mode and for decode-sized ones otherwise
+    // (cuBLAS is faster on large products).
+    const auto* wb = static_cast<const __nv_bfloat16*>(a.w.data) + a.w_row0 * a.k;
+    if (bf16 && a.w.format == WeightFormat::kBF16 && (invariant_ || a.m <= kOwnGemmRows) &&
+        cuda::gemm_bf16_fits(a.n, a.k) && reinterpret_cast<uintptr_t>(wb) % 16 == 0 && xs % 8 == 0 && ldy % 2 == 0 &&
+        ys % 2 == 0 && reinterpret_cast<uintptr_t>(a.y) % 8 == 0) {
+      auto* xb = scratch<__nv_bfloat16>(a.m * xw);
+      cuda::to_bf16(a.x, a.m, a.m, xw, ldx, xb, stream_);
+      cuda::Bf16Gemm p{.x = xb, .ldx = xw, .w_dense = wb, .y = a.y, .ldy = ldy, .m = static_cast<int>(a.m),
+                       .n = static_cast<int>(a.n), .k = static_cast<int>(a.k), .groups = static_cast<int>(G),
+                       .x_group_stride = xs, .w_group_stride = a.n * a.k, .y_group_stride = ys};
+      cuda::gemm_bf16(p, stream_);
+      release(xb);
+      return;
+    }
     const int64_t esz = bf16 ? 2 : 4;
     // Weights: used in place when stored as the math's type, else dequantised to a temporary.
     const void* w = nullptr;
@@ -278,32 +324,117 @@ class CudaBackend final : public Backend {
   void swiglu(const SwigluArgs& a) override { cuda::swiglu(a, stream_); }
   void engram_gate(const EngramGateArgs& a) override { cuda::engram_gate(a, stream_); }
   void synchronize() override {
+    if (capturing_) refuse("synchronising");
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     staging_off_ = 0;  // every staged copy has completed
   }
 
- private:
-  // The device copy of an expert weight table (a.w[e].data for every e), kept per host array and
-  // refreshed when its pointers change; null unless every expert is bf16 and 16-byte aligned.
-  const void* const* expert_table(const GroupedMatmulArgs& a) {
-    std::vector<const void*> ptrs(static_cast<size_t>(a.experts));
-    for (int64_t e = 0; e < a.experts; ++e) {
-      const WeightView& v = a.w[e];
-      if (v.format != WeightFormat::kBF16 || v.rows < a.n || v.cols != a.k || reinterpret_cast<uintptr_t>(v.data) % 16)
-        return nullptr;
-      ptrs[static_cast<size_t>(e)] = v.data;
-    }
-    ExpertTable& t = tables_[a.w];
-    if (t.ptrs != ptrs) {
-      release(t.dev);
-      t.dev = alloc(a.experts * static_cast<int64_t>(sizeof(void*)));
-      upload(t.dev, ptrs.data(), a.experts * static_cast<int64_t>(sizeof(void*)));
-      t.ptrs = std::move(ptrs);
-    }
-    return static_cast<const void* const*>(t.dev);
+  bool graphs() const override { return true; }
+  int64_t new_graph_pool() override {
+    pools_.push_back(std::make_unique<GraphPool>());
+    return static_cast<int64_t>(pools_.size()) - 1;
   }
+  // Relaxed capture: a pool may grow (cudaMalloc) while capturing.
+  void begin_capture(int64_t pool) override {
+    if (capturing_) refuse("a nested capture");
+    capturing_ = pool_at(pool);
+    capturing_->reset();
+    DI_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  }
+  int64_t end_capture() override {
+    if (!capturing_) refuse("end_capture without begin_capture");
+    cudaGraph_t g = nullptr;
+    DI_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    cudaGraphExec_t exec = nullptr;
+    DI_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    DI_CUDA_CHECK(cudaGraphDestroy(g));
+    capturing_->graphs.push_back(static_cast<int64_t>(graphs_.size()));
+    graphs_.push_back(exec);
+    capturing_ = nullptr;
+    return static_cast<int64_t>(graphs_.size()) - 1;
+  }
+  void replay(int64_t graph) override {
+    if (graph < 0 || graph >= static_cast<int64_t>(graphs_.size()) || !graphs_[static_cast<size_t>(graph)])
+      refuse("replaying a graph that does not exist");
+    DI_CUDA_CHECK(cudaGraphLaunch(graphs_[static_cast<size_t>(graph)], stream_));
+  }
+  void free_graph_pool(int64_t pool) override {
+    GraphPool* p = pool_at(pool);
+    if (p == capturing_) refuse("freeing the pool being captured into");
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int64_t g : p->graphs) {
+      DI_CUDA_CHECK(cudaGraphExecDestroy(graphs_[static_cast<size_t>(g)]));
+      graphs_[static_cast<size_t>(g)] = nullptr;
+    }
+    for (auto& c : p->chunks) DI_CUDA_CHECK(cudaFree(c.first));
+    pools_[static_cast<size_t>(pool)].reset();
+  }
+
+ private:
+  // The device copy of an expert weight table (the views a.w[0 .. experts)), kept per host
+  // array and refreshed when its contents change.
+  const WeightView* expert_table(const GroupedMatmulArgs& a) {
+    ExpertTable& t = tables_[a.w];
+    const auto same = [](const WeightView& x, const WeightView& y) {
+      return x.format == y.format && x.data == y.data && x.scale == y.scale && x.rows == y.rows && x.cols == y.cols;
+    };
+    if (!std::equal(a.w, a.w + a.experts, t.views.begin(), t.views.end(), same)) {
+      release(t.dev);
+      t.views.assign(a.w, a.w + a.experts);
+      const int64_t bytes = a.experts * static_cast<int64_t>(sizeof(WeightView));
+      t.dev = alloc(bytes);
+      upload(t.dev, t.views.data(), bytes);
+    }
+    return static_cast<const WeightView*>(t.dev);
+  }
+  // A graph pool: chunks of device memory handed out in order during a capture (from the start
+  // at every capture: a pool's graphs never run together), freed with the pool.
+  struct GraphPool {
+    std::vector<std::pair<void*, size_t>> chunks;
+    size_t chunk = 0, off = 0;
+    std::vector<int64_t> graphs;
+    void reset() { chunk = off = 0; }
+    void* take(size_t n) {
+      n = (n + 255) & ~size_t{255};
+      while (chunk < chunks.size() && off + n > chunks[chunk].second) {
+        ++chunk;
+        off = 0;
+      }
+      if (chunk == chunks.size()) {
+        const size_t size = std::max(n, size_t{64} << 20);
+        void* p = nullptr;
+        DI_CUDA_CHECK(cudaMalloc(&p, size));
+        chunks.emplace_back(p, size);
+        off = 0;
+      }
+      void* p = static_cast<uint8_t*>(chunks[chunk].first) + off;
+      off += n;
+      return p;
+    }
+    bool owns(const void* p) const {
+      for (const auto& [base, size] : chunks)
+        if (p >= base && p < static_cast<const uint8_t*>(base) + size) return true;
+      return false;
+    }
+  };
+  GraphPool* pool_at(int64_t pool) {
+    if (pool < 0 || pool >= static_cast<int64_t>(pools_.size()) || !pools_[static_cast<size_t>(pool)])
+      refuse("a graph pool that does not exist");
+    return pools_[static_cast<size_t>(pool)].get();
+  }
+  [[noreturn]] static void refuse(const char* what) {
+    std::fprintf(stderr, "deepinfer: CUDA graph capture: %s is not allowed here\n", what);
+    std::abort();
+  }
+  std::vector<std::unique_ptr<GraphPool>> pools_;
+  std::vector<cudaGraphExec_t> graphs_;
+  GraphPool* capturing_ = nullptr;
+  static constexpr size_t kBlasWorkspace = size_t{32} << 20;
+  void* blas_ws_ = nullptr;
+  void* blas_tc_ws_ = nullptr;
+
   struct ExpertTable {
-    std::vector<const void*> ptrs;
+    std::vector<WeightView> views;
     void* dev = nullptr;
   };
   std::unordered_map<const WeightView*, ExpertTable> tables_;
@@ -311,6 +442,7 @@ class CudaBackend final : public Backend {
   // Rows per cuBLAS call in batch-invariant mode: bf16 tiles large enough that prefill stays
   // compute-bound, float32 tiles small enough that decode is not.
   static constexpr int64_t kTileBf16 = 256, kTileF32 = 64;
+  static constexpr int64_t kOwnGemmRows = 64;  // non-invariant mode: the mma kernel up to here
   static constexpr size_t kCacheMax = size_t{64} << 20;  // 64 MiB
   // Eight size classes per power of two (at most 12.5% rounding), 512 bytes at least.
   static size_t size_class(size_t n) {

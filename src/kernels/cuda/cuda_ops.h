@@ -7,6 +7,7 @@
 // helpers the attention/indexer/selection kernels share.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/backend.h"
@@ -42,13 +43,30 @@ void dequant_bf16(const WeightView& w, int64_t row0, int64_t n, void* out, cudaS
 void fill_random(const RandomFillArgs& a, cudaStream_t s);
 void copy_batch(const CopyBatchArgs& a, cudaStream_t s);
 void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s);
-// moe.cu: the routing grouped by expert (counts: scratch of a.experts ints); the experts'
-// products on bf16 tensor cores: x bf16 [rows, k], w a device table of `experts` bf16 [n, k]
-// matrices (16-byte aligned), offsets as MoePermuteArgs.offsets; needs grouped_gemm_bf16_fits.
+// moe.cu: the routing grouped by expert (counts: scratch of a.experts ints).
 void moe_permute(const MoePermuteArgs& a, int32_t* counts, cudaStream_t s);
-bool grouped_gemm_bf16_fits(int64_t n, int64_t k);
-void grouped_gemm_bf16(const void* x, const void* const* w, const int32_t* offsets, float* y, int64_t rows, int64_t n,
-                       int64_t k, int64_t experts, cudaStream_t s);
+// y = x · wᵀ on bf16 tensor cores (mma.sync, float32 accumulation in one fixed k order: a
+// row's bits depend on nothing but its own x row and w). Dense (offsets null: rows [0, m),
+// one weight, `groups` strided problems on grid z) or grouped by expert (offsets as
+// MoePermuteArgs.offsets, w_table a device copy of the experts' bf16 views). Needs
+// gemm_bf16_fits(n, k), 16-byte aligned rows (ldx, strides multiples of 8) and even ldy.
+struct Bf16Gemm {
+  const __nv_bfloat16* x = nullptr;  // [m, ldx] bf16
+  int64_t ldx = 0;
+  const __nv_bfloat16* w_dense = nullptr;  // [n, k] (+ g * w_group_stride)
+  const WeightView* w_table = nullptr;     // grouped: [experts]
+  const int32_t* offsets = nullptr;        // grouped: [experts + 1]
+  float* y = nullptr;                      // [m, ldy] fp32
+  int64_t ldy = 0;
+  int m = 0, n = 0, k = 0, experts = 0, groups = 1;
+  int64_t x_group_stride = 0, w_group_stride = 0, y_group_stride = 0;  // elements
+};
+bool gemm_bf16_fits(int64_t n, int64_t k);
+void gemm_bf16(const Bf16Gemm& p, cudaStream_t s);
+// The experts' products in float32 math from any weight format (x float32; bf16: both
+// operands rounded to bf16 first, as the bf16 path does). w: device copy of the views.
+void grouped_gemm_any(const float* x, const WeightView* w, const int32_t* offsets, float* y, int64_t rows, int64_t n,
+                      int64_t k, int64_t experts, bool bf16, cudaStream_t s);
 // Rows [row0, row0 + n) of w as float32: out [n, w.cols] (device).
 void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStream_t s);
 

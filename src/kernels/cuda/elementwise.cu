@@ -133,12 +133,14 @@ __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float
   __shared__ float red[kMixRows * (NMIX + 1)][kMixThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-  for (int r = 0; r < kMixRows; ++r)
+  for (int r = 0; r < kMixRows; ++r) {
+    if (r >= nr) break;  // the same for the whole block
 #pragma unroll
     for (int j = 0; j <= NMIX; ++j) {
       const float v = warp_sum(acc[r][j]);
       if (lane == 0) red[r * (NMIX + 1) + j][warp] = v;
     }
+  }
   __syncthreads();
   for (int t = threadIdx.x; t < nr * (NMIX + 1); t += kMixThreads) {
     float v = 0.0f;
@@ -148,48 +150,59 @@ __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float
   }
 }
 
+// Thread 0 sums the slices and finishes pre and post; the comb matrix is one element per
+// thread (hc*hc <= 32), its row softmax and Sinkhorn sums taken in the serial order through
+// shuffles, so every element gets the bits the serial loops give.
 __global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
   const int64_t r = blockIdx.x, hc = a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
-  if (threadIdx.x != 0) return;
-  float m[kMaxMix], ss = 0.0f;
-  for (int64_t j = 0; j < nmix; ++j) m[j] = 0.0f;
-  for (int sl = 0; sl < kMixSlices; ++sl) {
-    const float* p = part + (r * kMixSlices + sl) * (kMaxMix + 1);
-    ss += p[0];
-    for (int64_t j = 0; j < nmix; ++j) m[j] += p[j + 1];
-  }
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(width) + a.norm_eps);
-  for (int64_t j = 0; j < nmix; ++j) m[j] *= inv;
-  auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
-  for (int64_t k = 0; k < hc; ++k) {
-    a.pre[r * hc + k] = sig(m[k] * a.scale[0] + a.base[k]) + a.hc_eps;
-    a.post[r * hc + k] = 2.0f * sig(m[hc + k] * a.scale[1] + a.base[hc + k]);
-  }
-  float c[16];
-  for (int64_t j = 0; j < hc; ++j) {
-    float mx = -INFINITY;
-    for (int64_t k = 0; k < hc; ++k) {
-      c[j * hc + k] = m[2 * hc + j * hc + k] * a.scale[2] + a.base[2 * hc + j * hc + k];
-      mx = fmaxf(mx, c[j * hc + k]);
+  __shared__ float m[kMaxMix];
+  const int t = threadIdx.x;
+  if (t == 0) {
+    float mm[kMaxMix], ss = 0.0f;
+    for (int64_t j = 0; j < nmix; ++j) mm[j] = 0.0f;
+    for (int sl = 0; sl < kMixSlices; ++sl) {
+      const float* p = part + (r * kMixSlices + sl) * (kMaxMix + 1);
+      ss += p[0];
+      for (int64_t j = 0; j < nmix; ++j) mm[j] += p[j + 1];
     }
-    float den = 0.0f;
-    for (int64_t k = 0; k < hc; ++k) den += expf(c[j * hc + k] - mx);
-    for (int64_t k = 0; k < hc; ++k) c[j * hc + k] = expf(c[j * hc + k] - mx) / den + a.hc_eps;
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(width) + a.norm_eps);
+    for (int64_t j = 0; j < nmix; ++j) m[j] = mm[j] * inv;
+    auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
+    for (int64_t k = 0; k < hc; ++k) {
+      a.pre[r * hc + k] = sig(m[k] * a.scale[0] + a.base[k]) + a.hc_eps;
+      a.post[r * hc + k] = 2.0f * sig(m[hc + k] * a.scale[1] + a.base[hc + k]);
+    }
   }
+  __syncthreads();
+  const int n = static_cast<int>(hc), j = t / n, k = t % n;  // this thread's element c[j][k]
+  const bool own = t < n * n;
+  const int jj = own ? j : 0, kk = own ? k : 0;
+  // Row j's elements sit on lanes j*n .. j*n+n-1, column k's on lanes k, n+k, ...
+  auto row_sum = [&](float v) {
+    float s = 0.0f;
+    for (int q = 0; q < n; ++q) s += __shfl_sync(0xffffffffu, v, jj * n + q);
+    return s;
+  };
+  auto row_max = [&](float v) {
+    float s = -INFINITY;
+    for (int q = 0; q < n; ++q) s = fmaxf(s, __shfl_sync(0xffffffffu, v, jj * n + q));
+    return s;
+  };
+  auto col_sum = [&](float v) {
+    float s = 0.0f;
+    for (int q = 0; q < n; ++q) s += __shfl_sync(0xffffffffu, v, q * n + kk);
+    return s;
+  };
+  float c = own ? m[2 * hc + j * hc + k] * a.scale[2] + a.base[2 * hc + j * hc + k] : 0.0f;
+  const float mx = row_max(c);
+  const float ex = expf(c - mx);
+  const float den = row_sum(ex);
+  c = ex / den + a.hc_eps;
   for (int64_t it = 0; it < a.sinkhorn_iters; ++it) {
-    if (it > 0)
-      for (int64_t j = 0; j < hc; ++j) {
-        float s = 0.0f;
-        for (int64_t k = 0; k < hc; ++k) s += c[j * hc + k];
-        for (int64_t k = 0; k < hc; ++k) c[j * hc + k] /= (s + a.hc_eps);
-      }
-    for (int64_t k = 0; k < hc; ++k) {
-      float s = 0.0f;
-      for (int64_t j = 0; j < hc; ++j) s += c[j * hc + k];
-      for (int64_t j = 0; j < hc; ++j) c[j * hc + k] /= (s + a.hc_eps);
-    }
+    if (it > 0) c /= (row_sum(c) + a.hc_eps);
+    c /= (col_sum(c) + a.hc_eps);
   }
-  for (int64_t i = 0; i < hc * hc; ++i) a.comb[r * hc * hc + i] = c[i];
+  if (own) a.comb[r * hc * hc + t] = c;
 }
 
 __global__ void hc_collapse_k(HcCollapseArgs a) {

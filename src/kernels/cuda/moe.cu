@@ -1,11 +1,14 @@
-// CUDA: the routed experts without a round trip to the host. moe_permute groups the (token,
-// slot) pairs by expert (a stable counting sort: one block per expert); grouped_gemm_bf16 runs
-// every expert's product in one launch on bf16 tensor cores (mma.sync m16n8k16, float32
-// accumulation), each block finding its expert and row tile from the device-side offsets.
+// CUDA: the routed experts without a round trip to the host, and the bf16 GEMM. moe_permute
+// groups the (token, slot) pairs by expert (a stable counting sort: one block per expert);
+// gemm_bf16 is a bf16 tensor-core product (mma.sync m16n8k16, float32 accumulation), dense or
+// with every expert in one launch (each block finding its expert and row tile from the
+// device-side offsets); grouped_gemm_any is the float32-math product for other formats.
 // Batch invariance: an output element is accumulated over k in one fixed order (k16 steps
 // ascending, no split over k) whatever the tile shape, so a row's result does not depend on
-// how many rows its expert has, nor on the tile configuration chosen for the launch.
+// how many rows there are, nor on the tile configuration chosen for the launch.
 #include <cuda_bf16.h>
+
+#include <algorithm>
 
 #include "kernels/cuda/cuda_ops.h"
 
@@ -76,8 +79,6 @@ __global__ void moe_scatter_k(MoePermuteArgs a, const int32_t* counts) {
 
 // ---- grouped bf16 GEMM ----------------------------------------------------------------------
 
-constexpr int kBK = 32;         // k per pipeline stage
-constexpr int kLds = kBK + 8;   // smem row stride in bf16: 80 bytes, ldmatrix rows on distinct banks
 
 __device__ inline void cp_async16(void* smem, const void* gmem, bool pred) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -138,35 +139,49 @@ __device__ bool find_tile(const int32_t* off, int E, int t, int* s_e, int* s_row
   return found != 0;
 }
 
-// y[r, n0 + c] for the rows of one expert tile and BN columns. Warps WARPS_M x WARPS_N, each a
-// (BM/WARPS_M) x (BN/WARPS_N) tile of 16 x 8 mma tiles; STAGES-deep cp.async pipeline.
-template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES>
-__global__ void __launch_bounds__(WARPS_M* WARPS_N * 32)
-    grouped_gemm_k(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* const* __restrict__ w,
-                   const int32_t* __restrict__ off, float* __restrict__ y, int N, int K, int E) {
+// y[r, n0 + c] for the rows of one row tile (of an expert, or of the dense product) and BN
+// columns; grid z is the group of a grouped (strided-batch) product. Warps WARPS_M x WARPS_N,
+// each a (BM/WARPS_M) x (BN/WARPS_N) tile of 16 x 8 mma tiles; STAGES-deep cp.async pipeline
+// of BK-wide k slices (BK changes nothing in the sums: k16 steps ascend either way).
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
+__global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p) {
   constexpr int kThreads = WARPS_M * WARPS_N * 32, TM = BM / WARPS_M, TN = BN / WARPS_N, MI = TM / 16, NI = TN / 8;
+  constexpr int LDS = BK + 8, CH = BK / 8;  // smem row stride (ldmatrix rows on distinct banks); 16-byte chunks per row
   static_assert(TM % 16 == 0 && TN % 16 == 0, "warp tile of whole 16 x 16 pieces");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][kLds]
-  __nv_bfloat16* sB = sA + STAGES * BM * kLds;                       // [STAGES][BN][kLds]
+  __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][LDS]
+  __nv_bfloat16* sB = sA + STAGES * BM * LDS;                        // [STAGES][BN][LDS]
   __shared__ int s_e, s_row0, s_rows;
-  if (!find_tile<BM>(off, E, static_cast<int>(blockIdx.y), &s_e, &s_row0, &s_rows)) return;
+  const int K = p.k, N = p.n;
+  const __nv_bfloat16* Wb = p.w_dense;
+  if (p.offsets) {
+    if (!find_tile<BM>(p.offsets, p.experts, static_cast<int>(blockIdx.y), &s_e, &s_row0, &s_rows)) return;
+    Wb = static_cast<const __nv_bfloat16*>(p.w_table[s_e].data);
+  } else {
+    if (threadIdx.x == 0) {
+      s_row0 = static_cast<int>(blockIdx.y) * BM;
+      s_rows = min(BM, p.m - s_row0);
+    }
+    __syncthreads();
+  }
+  const int g = static_cast<int>(blockIdx.z);
   const int n0 = static_cast<int>(blockIdx.x) * BN;
   const int rows = s_rows, ncols = min(BN, N - n0), row0 = s_row0;
-  const __nv_bfloat16* A = x + static_cast<int64_t>(row0) * K;
-  const __nv_bfloat16* B = w[s_e] + static_cast<int64_t>(n0) * K;
-  const int KT = K / kBK;
+  const __nv_bfloat16* A = p.x + static_cast<int64_t>(row0) * p.ldx + g * p.x_group_stride;
+  const __nv_bfloat16* B = Wb + g * p.w_group_stride + static_cast<int64_t>(n0) * K;
+  float* Y = p.y + static_cast<int64_t>(row0) * p.ldy + g * p.y_group_stride + n0;
+  const int KT = K / BK;
   auto load = [&](int stage, int kt) {
-    const int k0 = kt * kBK;
-    for (int c = threadIdx.x; c < BM * 4; c += kThreads) {
-      const int r = c >> 2, ch = c & 3;
-      const bool p = r < rows;
-      cp_async16(sA + (stage * BM + r) * kLds + ch * 8, A + static_cast<int64_t>(p ? r : 0) * K + k0 + ch * 8, p);
+    const int k0 = kt * BK;
+    for (int c = threadIdx.x; c < BM * CH; c += kThreads) {
+      const int r = c / CH, ch = c % CH;
+      const bool ok = r < rows;
+      cp_async16(sA + (stage * BM + r) * LDS + ch * 8, A + static_cast<int64_t>(ok ? r : 0) * p.ldx + k0 + ch * 8, ok);
     }
-    for (int c = threadIdx.x; c < BN * 4; c += kThreads) {
-      const int r = c >> 2, ch = c & 3;
-      const bool p = r < ncols;
-      cp_async16(sB + (stage * BN + r) * kLds + ch * 8, B + static_cast<int64_t>(p ? r : 0) * K + k0 + ch * 8, p);
+    for (int c = threadIdx.x; c < BN * CH; c += kThreads) {
+      const int r = c / CH, ch = c % CH;
+      const bool ok = r < ncols;
+      cp_async16(sB + (stage * BN + r) * LDS + ch * 8, B + static_cast<int64_t>(ok ? r : 0) * K + k0 + ch * 8, ok);
     }
   };
   float acc[MI][NI][4];
@@ -177,8 +192,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32)
 #pragma unroll
       for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < KT) load(s, s);
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < KT) load(st, st);
     cp_async_commit();
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -188,17 +203,17 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32)
     __syncthreads();  // stage kt landed for every thread; stage kt-1 is free to refill
     if (kt + STAGES - 1 < KT) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
     cp_async_commit();
-    const __nv_bfloat16* a_s = sA + (kt % STAGES) * BM * kLds;
-    const __nv_bfloat16* b_s = sB + (kt % STAGES) * BN * kLds;
+    const __nv_bfloat16* a_s = sA + (kt % STAGES) * BM * LDS;
+    const __nv_bfloat16* b_s = sB + (kt % STAGES) * BN * LDS;
 #pragma unroll
-    for (int kk = 0; kk < kBK; kk += 16) {
+    for (int kk = 0; kk < BK; kk += 16) {
       uint32_t af[MI][4], bf[NI][2];
 #pragma unroll
-      for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], a_s + (wm * TM + i * 16 + (lane & 15)) * kLds + kk + (lane >> 4) * 8);
+      for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], a_s + (wm * TM + i * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
 #pragma unroll
       for (int j = 0; j < NI; j += 2) {
         uint32_t r[4];
-        ldmatrix_x4(r, b_s + (wn * TN + j * 8 + ((lane >> 4) << 3) + (lane & 7)) * kLds + kk + ((lane >> 3) & 1) * 8);
+        ldmatrix_x4(r, b_s + (wn * TN + j * 8 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk + ((lane >> 3) & 1) * 8);
         bf[j][0] = r[0];
         bf[j][1] = r[1];
         bf[j + 1][0] = r[2];
@@ -221,28 +236,76 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32)
       for (int h = 0; h < 2; ++h) {
         const int r = wm * TM + i * 16 + lane / 4 + h * 8;
         if (r < rows)
-          *reinterpret_cast<float2*>(y + static_cast<int64_t>(row0 + r) * N + n0 + col) =
-              make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+          *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * p.ldy + col) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
       }
     }
 }
 
-template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES>
-void launch_grouped(const void* x, const void* const* w, const int32_t* off, float* y, int64_t rows, int64_t n, int64_t k,
-                    int64_t experts, cudaStream_t s) {
-  auto kernel = grouped_gemm_k<BM, BN, WARPS_M, WARPS_N, STAGES>;
-  constexpr int smem = STAGES * (BM + BN) * kLds * 2;
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
+void launch_gemm(const Bf16Gemm& p, cudaStream_t s) {
+  auto kernel = gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
+  constexpr int smem = STAGES * (BM + BN) * (BK + 8) * 2;
   // The opt-in above 48 KiB (per device, so set at every launch: one cheap driver call).
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  // At most ceil(rows / BM) + experts tiles: every expert's last tile may be partial.
-  const dim3 grid(static_cast<unsigned>(ceil_div(n, BN)), static_cast<unsigned>(ceil_div(rows, BM) + experts));
-  kernel<<<grid, WARPS_M * WARPS_N * 32, smem, s>>>(static_cast<const __nv_bfloat16*>(x),
-                                                     reinterpret_cast<const __nv_bfloat16* const*>(w), off, y,
-                                                     static_cast<int>(n), static_cast<int>(k), static_cast<int>(experts));
+  // Grouped: at most ceil(rows / BM) + experts tiles (every expert's last tile may be partial).
+  const int64_t tiles = ceil_div(p.m, BM) + (p.offsets ? p.experts : 0);
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, BN)), static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups));
+  kernel<<<grid, WARPS_M * WARPS_N * 32, smem, s>>>(p);
   DI_CUDA_LAUNCHED();
 }
 
+// Any weight format, float32 math on CUDA cores (the float32 path, and bf16 precision over
+// weights not stored as bf16): y[r, c] = Σ_k x[r, k] · w_e[c, k], k ascending; with kBf16 the
+// operands are rounded to bf16 first (exact for bf16/FP8/FP4 weights), as the bf16 path does.
+// Blocks of 16 rows x 64 columns; each thread owns 4 rows of one column.
+constexpr int kAnyRows = 16, kAnyCols = 64, kAnyK = 32, kAnyThreads = 256;
+template <bool kBf16>
+__global__ void __launch_bounds__(kAnyThreads)
+    grouped_gemm_any_k(const float* __restrict__ x, const WeightView* __restrict__ w, const int32_t* __restrict__ off,
+                       float* __restrict__ y, int N, int K, int E) {
+  __shared__ float xs[kAnyRows][kAnyK];
+  __shared__ float ws[kAnyCols][kAnyK + 1];
+  __shared__ int s_e, s_row0, s_rows;
+  if (!find_tile<kAnyRows>(off, E, static_cast<int>(blockIdx.y), &s_e, &s_row0, &s_rows)) return;
+  const WeightView& we = w[s_e];
+  const int n0 = static_cast<int>(blockIdx.x) * kAnyCols, rows = s_rows, row0 = s_row0;
+  const int col = threadIdx.x % kAnyCols, rg = threadIdx.x / kAnyCols;  // rows rg*4 .. rg*4+3
+  auto round = [](float v) { return kBf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v; };
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int k0 = 0; k0 < K; k0 += kAnyK) {
+    for (int i = threadIdx.x; i < kAnyRows * kAnyK; i += kAnyThreads) {
+      const int r = i / kAnyK, kk = i % kAnyK;
+      xs[r][kk] = r < rows && k0 + kk < K ? round(x[static_cast<int64_t>(row0 + r) * K + k0 + kk]) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < kAnyCols * kAnyK; i += kAnyThreads) {
+      const int c = i / kAnyK, kk = i % kAnyK;
+      ws[c][kk] = n0 + c < N && k0 + kk < K ? round(d_weight_at(we, n0 + c, k0 + kk)) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kAnyK; ++kk) {
+      const float wv = ws[col][kk];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[j] = fmaf(xs[rg * 4 + j][kk], wv, acc[j]);
+    }
+    __syncthreads();
+  }
+  if (n0 + col >= N) return;
+  for (int j = 0; j < 4; ++j)
+    if (rg * 4 + j < rows) y[static_cast<int64_t>(row0 + rg * 4 + j) * N + n0 + col] = acc[j];
+}
+
 }  // namespace
+
+void grouped_gemm_any(const float* x, const WeightView* w, const int32_t* offsets, float* y, int64_t rows, int64_t n,
+                      int64_t k, int64_t experts, bool bf16, cudaStream_t s) {
+  if (rows == 0 || n == 0) return;
+  const dim3 grid(static_cast<unsigned>(ceil_div(n, kAnyCols)), static_cast<unsigned>(ceil_div(rows, kAnyRows) + experts));
+  const int N = static_cast<int>(n), K = static_cast<int>(k), E = static_cast<int>(experts);
+  if (bf16) grouped_gemm_any_k<true><<<grid, kAnyThreads, 0, s>>>(x, w, offsets, y, N, K, E);
+  else grouped_gemm_any_k<false><<<grid, kAnyThreads, 0, s>>>(x, w, offsets, y, N, K, E);
+  DI_CUDA_LAUNCHED();
+}
 
 void moe_permute(const MoePermuteArgs& a, int32_t* counts, cudaStream_t s) {
   if (a.experts == 0) return;
@@ -252,15 +315,23 @@ void moe_permute(const MoePermuteArgs& a, int32_t* counts, cudaStream_t s) {
   DI_CUDA_LAUNCHED();
 }
 
-bool grouped_gemm_bf16_fits(int64_t n, int64_t k) { return k % kBK == 0 && n % 2 == 0 && k > 0 && n > 0; }
+bool gemm_bf16_fits(int64_t n, int64_t k) { return k % 32 == 0 && n % 2 == 0 && k > 0 && n > 0; }
 
-void grouped_gemm_bf16(const void* x, const void* const* w, const int32_t* offsets, float* y, int64_t rows, int64_t n,
-                       int64_t k, int64_t experts, cudaStream_t s) {
-  if (rows == 0 || n == 0) return;
-  // Few rows per expert (decode): 16-row tiles over 64 columns, a deep pipeline to keep enough
-  // weight bytes in flight; else 128 x 128 tiles. Both give the same bits (see the top).
-  if (rows <= 16 * experts) launch_grouped<16, 64, 1, 4, 8>(x, w, offsets, y, rows, n, k, experts, s);
-  else launch_grouped<128, 128, 2, 4, 4>(x, w, offsets, y, rows, n, k, experts, s);
+void gemm_bf16(const Bf16Gemm& p, cudaStream_t s) {
+  if (p.m == 0 || p.n == 0) return;
+  // Few rows per tile (decode: the rows per expert, or the product's rows): 16-row tiles over
+  // 64 columns and wide k slices, to keep enough weight bytes in flight; else 128 x 128 tiles.
+  // Every configuration gives the same bits (see the top).
+  const int64_t per_tile = p.offsets ? ceil_div(p.m, std::max<int64_t>(p.experts, 1)) : p.m;
+  const bool wide_k = p.k % 128 == 0;
+  if (per_tile <= 16) {
+    if (wide_k) launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
+    else launch_gemm<16, 64, 32, 1, 4, 8>(p, s);
+  } else if (p.k % 64 == 0) {
+    launch_gemm<128, 128, 64, 2, 4, 3>(p, s);
+  } else {
+    launch_gemm<128, 128, 32, 2, 4, 4>(p, s);
+  }
 }
 
 }  // namespace deepinfer::kernels::cuda

@@ -210,37 +210,64 @@ __global__ void __launch_bounds__(kSelThreads) candidate_blocks_block_k(Candidat
       sh);
 }
 
-__global__ void router_k(RouterArgs a, float* scratch) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+// One warp per row: every expert's score computed by its lane (the same per-element formula as
+// the CPU), then top_k rounds of a warp argmax (higher biased score, then lower index). The
+// softmax denominator and the weight sum stay serial, in the CPU's order.
+constexpr int kRouterWarps = 4;
+__global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
+  extern __shared__ float router_smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
   if (r >= a.rows) return;
+  const int E = static_cast<int>(a.experts), K = static_cast<int>(a.top_k);
+  float* sc = router_smem + warp * 2 * E;
+  float* biased = sc + E;
   const float* z = a.logits + r * a.experts;
-  float* sc = scratch + r * a.experts * 2;
-  float* biased = sc + a.experts;
   float mx = -INFINITY, den = 0.0f;
   if (a.func == ScoringFunc::kSoftmax) {
-    for (int64_t e = 0; e < a.experts; ++e) mx = fmaxf(mx, z[e] / a.temp);
-    for (int64_t e = 0; e < a.experts; ++e) den += expf(z[e] / a.temp - mx);
+    if (lane == 0) {
+      for (int e = 0; e < E; ++e) mx = fmaxf(mx, z[e] / a.temp);
+      for (int e = 0; e < E; ++e) den += expf(z[e] / a.temp - mx);
+    }
+    mx = __shfl_sync(0xffffffffu, mx, 0);
+    den = __shfl_sync(0xffffffffu, den, 0);
   }
-  for (int64_t e = 0; e < a.experts; ++e) {
+  for (int e = lane; e < E; e += 32) {
     const float v = z[e] / a.temp;
     sc[e] = a.func == ScoringFunc::kSoftmax ? expf(v - mx) / den
             : a.func == ScoringFunc::kSigmoid ? 1.0f / (1.0f + expf(-v))
                                                : sqrtf(v > 20.0f ? v : log1pf(expf(v)));
     biased[e] = sc[e] + (a.bias ? a.bias[e] : 0.0f);
   }
-  float sum = 0.0f;
-  for (int64_t i = 0; i < a.top_k; ++i) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < a.experts; ++e) {
+  __syncwarp();
+  int32_t* ids = a.ids + r * a.top_k;
+  for (int i = 0; i < K; ++i) {
+    int best = -1;
+    float bv = 0.0f;
+    for (int e = lane; e < E; e += 32) {
       bool taken = false;
-      for (int64_t p = 0; p < i; ++p) taken = taken || a.ids[r * a.top_k + p] == e;
-      if (!taken && (best < 0 || biased[e] > biased[best])) best = e;
+      for (int p = 0; p < i; ++p) taken = taken || ids[p] == e;
+      if (!taken && (best < 0 || biased[e] > bv)) {
+        best = e;
+        bv = biased[e];
+      }
     }
-    a.ids[r * a.top_k + i] = static_cast<int32_t>(best);
-    sum += sc[best];
+    for (int o = 16; o > 0; o >>= 1) {
+      const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+        best = ob;
+        bv = ov;
+      }
+    }
+    if (lane == 0) ids[i] = best;
+    __syncwarp();
   }
-  for (int64_t i = 0; i < a.top_k; ++i) {
-    float w = sc[a.ids[r * a.top_k + i]];
+  if (lane != 0) return;
+  float sum = 0.0f;
+  for (int i = 0; i < K; ++i) sum += sc[ids[i]];
+  for (int i = 0; i < K; ++i) {
+    float w = sc[ids[i]];
     if (a.normalize && a.top_k > 1) w = w / (sum + 1e-20f);
     a.weights[r * a.top_k + i] = w * a.routed_scaling;
   }
@@ -276,11 +303,13 @@ void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s) {
 }
 void router(const RouterArgs& a, cudaStream_t s) {
   if (a.rows == 0) return;
-  float* scratch = nullptr;
-  DI_CUDA_CHECK(cudaMallocAsync(&scratch, static_cast<size_t>(a.rows * a.experts * 2) * sizeof(float), s));
-  router_k<<<grid(a.rows), kThreads, 0, s>>>(a, scratch);
+  const size_t smem = static_cast<size_t>(kRouterWarps * 2 * a.experts) * sizeof(float);
+  if (smem > 48 * 1024) {
+    std::fprintf(stderr, "deepinfer: router supports at most %d experts\n", 48 * 1024 / (kRouterWarps * 8));
+    std::abort();
+  }
+  router_k<<<static_cast<unsigned>(ceil_div(a.rows, kRouterWarps)), kRouterWarps * 32, smem, s>>>(a);
   DI_CUDA_LAUNCHED();
-  DI_CUDA_CHECK(cudaFreeAsync(scratch, s));
 }
 
 }  // namespace deepinfer::kernels::cuda
