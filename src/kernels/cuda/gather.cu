@@ -90,8 +90,10 @@ __global__ void gather_rows_k(const uint32_t* src, const int32_t* idx, uint32_t*
   dst[i] = src[static_cast<int64_t>(idx[r]) * width + c];
 }
 
-// One block per token: thread 0 orders the token's K slots by (expert id, slot) into shared
-// memory, then every thread sums its channels in that order from 0.0f, then + shared.
+// A block per (token, kCombineChunk channels): thread 0 orders the token's K slots by (expert
+// id, slot) into shared memory, then every thread sums its channels in that order from 0.0f,
+// then + shared.
+constexpr int kCombineChunk = 1024;
 __global__ void moe_combine_k(MoeCombineArgs a) {
   extern __shared__ int order[];
   const int64_t t = blockIdx.x, K = a.k, D = a.dim;
@@ -107,7 +109,8 @@ __global__ void moe_combine_k(MoeCombineArgs a) {
     }
   }
   __syncthreads();
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+  const int64_t d1 = std::min<int64_t>(D, (blockIdx.y + 1) * static_cast<int64_t>(kCombineChunk));
+  for (int64_t d = blockIdx.y * static_cast<int64_t>(kCombineChunk) + threadIdx.x; d < d1; d += blockDim.x) {
     float acc = 0.0f;
     for (int64_t k = 0; k < K; ++k) acc = __fadd_rn(acc, a.expert_out[static_cast<int64_t>(a.slot_row[t * K + order[k]]) * D + d]);
     if (a.shared) acc = __fadd_rn(acc, a.shared[t * D + d]);
@@ -186,7 +189,8 @@ void gather_rows(const GatherRowsArgs& a, cudaStream_t s) {
 
 void moe_combine(const MoeCombineArgs& a, cudaStream_t s) {
   if (a.n <= 0 || a.dim <= 0) return;
-  moe_combine_k<<<static_cast<unsigned>(a.n), kThreads, static_cast<size_t>(a.k > 0 ? a.k : 1) * sizeof(int), s>>>(a);
+  const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(a.dim, kCombineChunk)));
+  moe_combine_k<<<grid, kThreads, static_cast<size_t>(a.k > 0 ? a.k : 1) * sizeof(int), s>>>(a);
   DI_CUDA_LAUNCHED();
 }
 

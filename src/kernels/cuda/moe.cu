@@ -319,18 +319,19 @@ bool gemm_bf16_fits(int64_t n, int64_t k) { return k % 32 == 0 && n % 2 == 0 && 
 
 void gemm_bf16(const Bf16Gemm& p, cudaStream_t s) {
   if (p.m == 0 || p.n == 0) return;
-  // Few rows per tile (decode: the rows per expert, or the product's rows): 16-row tiles over
-  // 64 columns and wide k slices, to keep enough weight bytes in flight; else 128 x 128 tiles.
-  // Every configuration gives the same bits (see the top).
+  // By the rows per tile (the rows per expert, or the product's rows): up to 16 (decode), 16-row
+  // tiles over 64 columns and wide k slices, to keep enough weight bytes in flight; up to 128,
+  // 64 x 128 tiles; more, 128 x 128. Every configuration gives the same bits (see the top).
   const int64_t per_tile = p.offsets ? ceil_div(p.m, std::max<int64_t>(p.experts, 1)) : p.m;
-  const bool wide_k = p.k % 128 == 0;
   if (per_tile <= 16) {
-    if (wide_k) launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
+    if (p.k % 128 == 0) launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
     else launch_gemm<16, 64, 32, 1, 4, 8>(p, s);
-  } else if (p.k % 64 == 0) {
-    launch_gemm<128, 128, 64, 2, 4, 3>(p, s);
-  } else {
+  } else if (p.k % 64 != 0) {
     launch_gemm<128, 128, 32, 2, 4, 4>(p, s);
+  } else if (per_tile <= 128) {
+    launch_gemm<64, 128, 64, 2, 4, 4>(p, s);
+  } else {
+    launch_gemm<128, 128, 64, 2, 4, 3>(p, s);
   }
 }
 
