@@ -3,13 +3,14 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, profile, check, baseline, all (all but baseline); BENCH_ARGS are passed to bench/bench_device
+#   stages: test (default), bench, engine, profile, check, baseline, all (all but baseline);
+#   BENCH_ARGS are passed to bench/bench_device
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/device-out}
 mkdir -p "$OUT"
 STAGES=${*:-test}
-[ "$STAGES" = all ] && STAGES="test bench profile check"
+[ "$STAGES" = all ] && STAGES="test bench engine profile check"
 R="$OUT/report.txt"
 {
   echo "== machine"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1; nproc; date -u
@@ -27,7 +28,7 @@ fi
 t0=$(date +%s)
 cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   >> "$OUT/build.log" 2>&1
-cmake --build build/cuda -j "$(nproc)" --target deepinfer test_cuda_parity test_cuda_model test_model test_cli bench_cuda_ops bench_device \
+cmake --build build/cuda -j "$(nproc)" --target deepinfer test_cuda_parity test_cuda_model test_model test_cli test_engine bench_cuda_ops bench_device \
   >> "$OUT/build.log" 2>&1
 echo "build exit $? ($(( $(date +%s) - t0 )) s)" >> "$R"
 tail -30 "$OUT/build.log" | grep -E "error|FAILED" >> "$R"
@@ -41,6 +42,8 @@ for stage in $STAGES; do
       ./build/cuda/tests/test_model --gtest_filter='*cuda*' 2>&1 | grep -E "rel err|OK|FAILED|PASSED|Failure|Expected|Which|actual|batch of" | head -80 >> "$R"
       echo "== bf16 on the CUDA backend, device random weights" >> "$R"
       ./build/cuda/tests/test_cuda_model 2>&1 | grep -E "rel err|greedy|OK|FAILED|PASSED|Failure|Expected|Which|actual" | head -60 >> "$R"
+      echo "== the engine on the CUDA backend" >> "$R"
+      ./build/cuda/tests/test_engine --gtest_filter='*cuda*' 2>&1 | grep -E "OK|FAILED|PASSED|Failure|Expected|Which|actual" | head -20 >> "$R"
       echo "== CLI on --device cuda" >> "$R"
       for fx in swa ced full full-q; do
         d=tests/data/v41/$fx
@@ -55,6 +58,24 @@ for stage in $STAGES; do
       echo "== model on the device: bench_device ${BENCH_ARGS:-}" >> "$R"
       # shellcheck disable=SC2086
       ./build/cuda/bench/bench_device ${BENCH_ARGS:-} >> "$R" 2>&1
+      ;;
+    engine)
+      # End to end through the CLI: run-batch of 128 token-id prompts x 1024, 128 greedy tokens
+      # each, random bf16 weights of the bench shape.
+      echo "== run-batch on --device cuda (v41-flash-l16-e64, random bf16 weights)" >> "$R"
+      python3 -c '
+import json, random
+random.seed(0)
+for i in range(128):
+    ids = [random.randrange(3, 120000) for _ in range(1024)]
+    print(json.dumps({"custom_id": f"r{i}", "body": {"prompt_token_ids": ids, "max_tokens": 128, "temperature": 0, "ignore_eos": True}}))
+' > "$OUT/engine_in.jsonl"
+      ./build/cuda/deepinfer run-batch --model bench/configs/v41-flash-l16-e64 --load-format random --device cuda \
+        --dtype bfloat16 --max-num-seqs 128 --max-num-batched-tokens 8192 --input "$OUT/engine_in.jsonl" \
+        --output "$OUT/engine_out.jsonl" --metrics "$OUT/engine_metrics.json" >> "$R" 2>&1
+      echo "run-batch exit $?" >> "$R"
+      cat "$OUT/engine_metrics.json" >> "$R" 2>/dev/null
+      rm -f "$OUT/engine_in.jsonl" "$OUT/engine_out.jsonl"
       ;;
     profile)
       echo "== per-op profile, decode at batch 1 (bench_device --device cuda-profile ${PROFILE_ARGS:-})" >> "$R"

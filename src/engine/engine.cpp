@@ -149,6 +149,18 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
     }
   };
 
+  // A row whose next token is the argmax of its raw logits: the sampler's greedy path with
+  // nothing that changes the logits first (no penalties, mask, pending min_tokens) and no
+  // logprobs to report.
+  const auto greedy_on_backend = [&](const sched::Sequence& s) {
+    if (!opts_.greedy_on_backend) return false;
+    const Live& L = *live[s.request];
+    const Completion& c = *L.comps[static_cast<size_t>(s.completion)];
+    const SamplingParams& p = L.req.params;
+    return p.temperature < sample::kGreedyTemperature && !p.logprobs && p.repetition_penalty == 1.0f &&
+           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && !c.matcher &&
+           static_cast<int64_t>(c.out.token_ids.size()) >= p.min_tokens;
+  };
   std::vector<sample::SampleRequest> sreqs;
   std::vector<sample::SampleResult> sres;
   std::vector<std::vector<int32_t>> prompt32, output32;
@@ -162,28 +174,34 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
     ++times_.steps;
 
     t0 = Clock::now();
-    runner::StepOutput so = runner.run(plan);
+    runner::StepOutput so = runner.run(plan, greedy_on_backend);
     times_.model_s += since(t0);
 
     t0 = Clock::now();
     const size_t m = so.sampled.size();
-    sreqs.assign(m, {});
-    sres.assign(m, {});
-    prompt32.resize(m);
-    output32.resize(m);
-    for (size_t i = 0; i < m; ++i) {
+    // Rows the sampler draws (the rest came back as the backend's greedy tokens).
+    std::vector<size_t> drawn;
+    for (size_t i = 0; i < m; ++i)
+      if (so.token[i] < 0) drawn.push_back(i);
+    const size_t nd = drawn.size();
+    sreqs.assign(nd, {});
+    sres.assign(nd, {});
+    prompt32.resize(nd);
+    output32.resize(nd);
+    for (size_t d = 0; d < nd; ++d) {
+      const size_t i = drawn[d];
       const sched::Sequence& s = *plan.chunks[so.sampled[i]].seq;
       Live& L = *live[s.request];
       Completion& c = *L.comps[static_cast<size_t>(s.completion)];
-      output32[i].assign(c.out.token_ids.begin(), c.out.token_ids.end());
-      auto& sr = sreqs[i];
-      sr.logits = std::span<const float>(so.logits.data() + i * static_cast<size_t>(V), static_cast<size_t>(V));
+      output32[d].assign(c.out.token_ids.begin(), c.out.token_ids.end());
+      auto& sr = sreqs[d];
+      sr.logits = std::span<const float>(so.logits.data() + so.logits_row[i] * V, static_cast<size_t>(V));
       sr.params = &L.req.params;
       sr.seed = c.seed;
       sr.step = static_cast<uint64_t>(s.generated());
       sr.stream = static_cast<uint64_t>(s.completion);
       sr.prompt_ids = L.req.prompt_ids;
-      sr.output_ids = output32[i];
+      sr.output_ids = output32[d];
       sr.eos_ids = eos_ids_;
       if (c.matcher) {
         c.matcher->fill_next_token_bitmask(c.mask);
@@ -194,15 +212,16 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
     times_.sample_s += since(t0);
 
     t0 = Clock::now();
-    for (size_t i = 0; i < m; ++i) {
+    for (size_t i = 0, d = 0; i < m; ++i) {
       sched::Sequence& s = *plan.chunks[so.sampled[i]].seq;
       Live& L = *live[s.request];
       Completion& c = *L.comps[static_cast<size_t>(s.completion)];
       const SamplingParams& p = L.req.params;
-      const int32_t tok = sres[i].token;
+      const sample::SampleResult* drawn_r = so.token[i] < 0 ? &sres[d++] : nullptr;
+      const int32_t tok = drawn_r ? drawn_r->token : so.token[i];
       if (c.out.token_ids.empty() && L.out.metrics.first_token_s == 0) L.out.metrics.first_token_s = since(t_start);
       c.out.token_ids.push_back(tok);
-      if (sres[i].logprob) c.out.logprobs.push_back(*sres[i].logprob);
+      if (drawn_r && drawn_r->logprob) c.out.logprobs.push_back(*drawn_r->logprob);
       s.tokens.push_back(tok);
       ++times_.generated_tokens;
       // The mask allowed `tok`, so the matcher accepts it (EOS only where the grammar can end).

@@ -37,6 +37,11 @@ struct EngineOptions {
   int64_t memory_budget_bytes = 0;  // state cache budget; <= 0 unlimited
   uint64_t seed = 0;                // seed of requests whose params have none
   int sampler_threads = 1;
+  // Greedy rows (temperature ~0, no logprobs, penalties, structured output or pending
+  // min_tokens) take the backend's argmax: only the token comes back, no logits row. The
+  // token is the one the sampler would pick (the same tie and NaN rules); false: every row
+  // through the sampler.
+  bool greedy_on_backend = true;
   // Optional: each completion's newly decoded text as it is generated (request, completion, text).
   std::function<void(size_t, int, const std::string&)> on_text;
   // Optional: compiled structured-output grammars shared across runs (created on first use).

@@ -328,6 +328,14 @@ struct DequantPackedArgs {
   int64_t rows = 0, dim = 0, block = 32;
 };
 
+// Greedy sampling on the backend: per row, the id of the largest value, ties to the lowest id,
+// NaN counted as -inf (a row with nothing finite gives 0): the CPU sampler's greedy rule.
+struct ArgmaxArgs {
+  const float* x = nullptr;  // [rows, cols] fp32
+  int32_t* ids = nullptr;    // [rows]
+  int64_t rows = 0, cols = 0;
+};
+
 // Seeded normal values for random weights: out[i] = mean + std * z_i with
 // z_i = core::normal01(seed, i) (Box-Muller in double), stored as float32 or bf16 (round to
 // nearest even). mean == 0 stores std * z_i exactly as the CPU's random_weights does.
@@ -372,6 +380,7 @@ class Backend {
   virtual void copy_batch(const CopyBatchArgs& a) = 0;
   virtual void dequant_packed_batch(const DequantPackedBatchArgs& a) = 0;
   virtual void moe_permute(const MoePermuteArgs& a) = 0;
+  virtual void argmax_rows(const ArgmaxArgs& a) = 0;
   // Default: the offsets read back to the host, then one matmul per expert with rows.
   virtual void grouped_matmul(const GroupedMatmulArgs& a);
   virtual Precision precision() const { return Precision::kFloat32; }

@@ -425,17 +425,22 @@ void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
   // Every row, or each sequence's last row (its last active row under replay).
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
   std::vector<int32_t> out_rows;
-  std::vector<float*> out_ptrs;
+  std::vector<float*> out_ptrs;       // where each row's logits go (null: not wanted)
+  std::vector<int32_t*> argmax_ptrs;  // where each row's greedy token goes (null: not wanted)
   for (size_t q = 0; q < batch.size(); ++q) {
-    if (!batch[q].logits || s.rows[q] == 0) continue;
-    if (batch[q].all_logits) {
+    const SeqChunk& ch = batch[q];
+    DI_CHECK(!(ch.argmax && ch.all_logits), "a greedy token is for the last row only");
+    if ((!ch.logits && !ch.argmax) || s.rows[q] == 0) continue;
+    if (ch.all_logits) {
       for (int64_t i = 0; i < s.rows[q]; ++i) {
         out_rows.push_back(static_cast<int32_t>(s.row0[q] + i));
-        out_ptrs.push_back(batch[q].logits + i * V);
+        out_ptrs.push_back(ch.logits + i * V);
+        argmax_ptrs.push_back(nullptr);
       }
     } else {
       out_rows.push_back(static_cast<int32_t>(s.row0[q] + s.rows[q] - 1));
-      out_ptrs.push_back(batch[q].logits);
+      out_ptrs.push_back(ch.logits);
+      argmax_ptrs.push_back(ch.argmax);
     }
   }
   const int64_t m = static_cast<int64_t>(out_rows.size());
@@ -452,13 +457,25 @@ void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
   rms(xc.data(), w_.norm, xn.data(), m, D);
   kernels::Buf<float> lg(be_, m * V);
   linear(xn.data(), m, w_.head, lg.data());
+  if (std::any_of(argmax_ptrs.begin(), argmax_ptrs.end(), [](const int32_t* p) { return p != nullptr; })) {
+    kernels::Buf<int32_t> ids(be_, m);
+    be_.argmax_rows({.x = lg.data(), .ids = ids.data(), .rows = m, .cols = V});
+    const std::vector<int32_t> h = ids.download();
+    for (int64_t i = 0; i < m; ++i)
+      if (argmax_ptrs[static_cast<size_t>(i)]) *argmax_ptrs[static_cast<size_t>(i)] = h[static_cast<size_t>(i)];
+  }
   // Consecutive output rows usually land in one caller buffer: download runs of them at once.
   for (int64_t i = 0; i < m;) {
     int64_t j = i + 1;
+    if (!out_ptrs[static_cast<size_t>(i)]) {
+      i = j;
+      continue;
+    }
     while (j < m && out_ptrs[static_cast<size_t>(j)] == out_ptrs[static_cast<size_t>(j - 1)] + V) ++j;
     be_.download(out_ptrs[static_cast<size_t>(i)], lg.data() + i * V, (j - i) * V * static_cast<int64_t>(sizeof(float)));
     i = j;
   }
+  be_.synchronize();
 }
 
 void DeepseekV41::compact_to_tail(std::span<SeqChunk> batch, Scratch& s, std::vector<int64_t>& hash_ids, int64_t hash_w) {

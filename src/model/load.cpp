@@ -25,8 +25,12 @@ LoadedModel load_model(const std::string& dir, kernels::Backend& backend, LoadFo
   Weights w;
   if (format == LoadFormat::kRandom) {
     cfg = loader::load_config((fs::path(dir) / "config.json").string());
-    // Made in the device's memory directly unless they need host-side quantisation.
-    w = random_weights(cfg, seed, cfg.quantization.present ? nullptr : &backend);
+    // Made in the device's memory directly unless they need host-side quantisation; the
+    // matrices in bf16 when the backend computes in bf16 (the values its products use anyway,
+    // at half the memory).
+    const auto fmt = backend.precision() == kernels::Precision::kBF16 ? kernels::WeightFormat::kBF16
+                                                                       : kernels::WeightFormat::kF32;
+    w = random_weights(cfg, seed, cfg.quantization.present ? nullptr : &backend, fmt);
   } else {
     lm.checkpoint = loader::Checkpoint::open(dir);
     cfg = lm.checkpoint->config();

@@ -2,12 +2,18 @@
 
 namespace deepinfer::runner {
 
-StepOutput ModelRunner::run(const sched::StepPlan& plan) {
+StepOutput ModelRunner::run(const sched::StepPlan& plan, const std::function<bool(const sched::Sequence&)>& greedy_on_backend) {
   StepOutput out;
   const int64_t V = model_.config().vocab_size;
-  for (size_t i = 0; i < plan.chunks.size(); ++i)
-    if (plan.chunks[i].sample) out.sampled.push_back(i);
-  out.logits.resize(out.sampled.size() * static_cast<size_t>(V));
+  int64_t n_logits = 0;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    if (!plan.chunks[i].sample) continue;
+    out.sampled.push_back(i);
+    const bool greedy = greedy_on_backend && greedy_on_backend(*plan.chunks[i].seq);
+    out.token.push_back(greedy ? 0 : -1);
+    out.logits_row.push_back(greedy ? -1 : n_logits++);
+  }
+  out.logits.resize(static_cast<size_t>(n_logits * V));
   std::vector<model::DeepseekV41::SeqChunk> chunks;
   chunks.reserve(plan.chunks.size());
   size_t k = 0;
@@ -18,7 +24,11 @@ StepOutput ModelRunner::run(const sched::StepPlan& plan) {
     ch.state = &cache_.acquire(c.seq->id);
     ch.replay_from = c.replay_from;
     ch.all_logits = false;
-    ch.logits = c.sample ? out.logits.data() + static_cast<int64_t>(k++) * V : nullptr;
+    if (c.sample) {
+      if (out.logits_row[k] >= 0) ch.logits = out.logits.data() + out.logits_row[k] * V;
+      else ch.argmax = &out.token[k];
+      ++k;
+    }
     chunks.push_back(ch);
   }
   if (!chunks.empty()) model_.forward(std::span<model::DeepseekV41::SeqChunk>(chunks));

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "cache/state_cache.h"
@@ -18,14 +19,21 @@
 namespace deepinfer::runner {
 
 struct StepOutput {
-  std::vector<size_t> sampled;  // indices into plan.chunks that have a logits row
-  std::vector<float> logits;    // [sampled.size(), vocab] fp32
+  std::vector<size_t> sampled;  // indices into plan.chunks that reach their sequence's end
+  // Per sampled row: the greedy token the backend computed (>= 0; no logits came back), or -1
+  // with its logits at row logits_row[i] of `logits`.
+  std::vector<int32_t> token;
+  std::vector<int64_t> logits_row;
+  std::vector<float> logits;    // [rows with token -1, vocab] fp32
 };
 
 class ModelRunner {
  public:
   ModelRunner(model::DeepseekV41& model, cache::StateCache& cache) : model_(model), cache_(cache) {}
-  StepOutput run(const sched::StepPlan& plan);
+  // greedy_on_backend(seq): true when seq's next token is the argmax of its raw logits (the
+  // sampler would draw exactly that): then only the token comes back from the backend.
+  StepOutput run(const sched::StepPlan& plan,
+                 const std::function<bool(const sched::Sequence&)>& greedy_on_backend = nullptr);
   int64_t vocab_size() const { return model_.config().vocab_size; }
 
  private:

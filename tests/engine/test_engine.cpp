@@ -11,6 +11,7 @@
 #include "core/npy.h"
 #include "deepinfer/llm.h"
 #include "engine/random_model.h"
+#include "model/devices.h"
 
 using namespace deepinfer;
 
@@ -257,3 +258,53 @@ TEST(Engine, MemoryFractionBudgetsTheBackendsMemory) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].outputs[0].token_ids, b[i].outputs[0].token_ids) << i;
   EXPECT_GT(tight.last_stats().steps, free_steps);
 }
+
+class EngineOnDevice : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineOnDevice, GreedyRowsOnTheBackendGiveTheSamplersTokens) {
+  // Greedy requests whose token is the raw argmax take it from the backend (only the id comes
+  // back); the rest (logprobs, penalties, pending min_tokens, sampling) go through the sampler.
+  // Either way every output equals the all-sampler run's.
+  std::vector<Prompt> prompts;
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> ids;
+    for (int t = 0; t < 3 + i * 5; ++t) ids.push_back(2 + (i * 37 + t * 11) % 1000);
+    prompts.push_back(Prompt::from_ids(ids));
+    SamplingParams p;
+    p.max_tokens = 5;
+    p.ignore_eos = true;
+    p.temperature = 0;
+    if (i % 6 == 1) p.logprobs = 1;
+    if (i % 6 == 2) p.repetition_penalty = 1.3f;
+    if (i % 6 == 3) p.min_tokens = 3;
+    if (i % 6 == 4) {
+      p.temperature = 0.8f;
+      p.seed = 7;
+    }
+    params.push_back(p);
+  }
+  EngineConfig c = random_config();
+  c.device = GetParam();
+  c.greedy_on_backend = false;
+  std::vector<RequestOutput> ref, got;
+  {
+    LLM llm(c);
+    ref = llm.generate(prompts, params);
+  }
+  c.greedy_on_backend = true;
+  {
+    LLM llm(c);
+    got = llm.generate(prompts, params);
+  }
+  ASSERT_EQ(ref.size(), got.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_TRUE(ref[i].error.empty() && got[i].error.empty()) << ref[i].error << got[i].error;
+    EXPECT_EQ(ref[i].outputs[0].token_ids, got[i].outputs[0].token_ids) << "request " << i;
+    EXPECT_EQ(ref[i].outputs[0].logprobs.size(), got[i].outputs[0].logprobs.size()) << "request " << i;
+    EXPECT_EQ(got[i].outputs[0].token_ids.size(), 5u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, EngineOnDevice, ::testing::ValuesIn(deepinfer::testing::devices()),
+                         [](const auto& i) { return i.param; });

@@ -217,6 +217,16 @@ TEST(Ops, GroupedProductStridesDefaultToTheColumnsItTouches) {
   EXPECT_EQ(y, ref);
 }
 
+TEST(Ops, ArgmaxIsTheSamplersGreedyRule) {
+  auto be = kernels::make_cpu_backend(1);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // ties to the lower id; NaN as -inf; nothing finite -> 0; +inf wins.
+  std::vector<float> x = {1, 3, 3, 2, nan, 0.5f, nan, -1, -kInf, nan, -kInf, -kInf, 0, kInf, 5, kInf};
+  std::vector<int32_t> ids(4, -1);
+  be->argmax_rows({.x = x.data(), .ids = ids.data(), .rows = 4, .cols = 4});
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 1, 0, 1}));
+}
+
 TEST(Ops, MoePermuteIsAStableSortByExpert) {
   auto be = kernels::make_cpu_backend(1);
   // 3 tokens x 2 slots over 4 experts; expert 2 is never picked.

@@ -31,6 +31,7 @@ void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s);
 void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s);
 void topk_mask(const TopkMaskArgs& a, cudaStream_t s);
 void router(const RouterArgs& a, cudaStream_t s);
+void argmax_rows(const ArgmaxArgs& a, cudaStream_t s);
 void gather_weight_rows(const GatherWeightRowsArgs& a, cudaStream_t s);
 void scale(const ScaleArgs& a, cudaStream_t s);
 void gather_rows(const GatherRowsArgs& a, cudaStream_t s);

@@ -273,7 +273,55 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
   }
 }
 
+// One block per row: each thread's best over its strided ids (ascending, so its ties keep the
+// lower id), then a block reduction preferring the larger value, then the lower id.
+constexpr int kArgmaxThreads = 256;
+__global__ void argmax_k(ArgmaxArgs a) {
+  const float* x = a.x + static_cast<int64_t>(blockIdx.x) * a.cols;
+  float bv = -INFINITY;
+  int64_t best = -1;  // -1: nothing above -inf seen
+  for (int64_t c = threadIdx.x; c < a.cols; c += kArgmaxThreads)
+    if (x[c] > bv) {
+      bv = x[c];
+      best = c;
+    }
+  auto better = [](float v, int64_t i, float w, int64_t j) { return j < 0 || (i >= 0 && (v > w || (v == w && i < j))); };
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, best, o);
+    if (better(ov, oi, bv, best)) {
+      bv = ov;
+      best = oi;
+    }
+  }
+  __shared__ float sv[kArgmaxThreads / 32];
+  __shared__ int64_t si[kArgmaxThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    sv[warp] = bv;
+    si[warp] = best;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < kArgmaxThreads / 32; ++w)
+    if (better(sv[w], si[w], bv, best)) {
+      bv = sv[w];
+      best = si[w];
+    }
+  a.ids[blockIdx.x] = static_cast<int32_t>(best < 0 ? 0 : best);
+}
+
 }  // namespace
+
+void argmax_rows(const ArgmaxArgs& a, cudaStream_t s) {
+  if (a.rows == 0) return;
+  if (a.cols == 0) {
+    DI_CUDA_CHECK(cudaMemsetAsync(a.ids, 0, static_cast<size_t>(a.rows) * sizeof(int32_t), s));
+    return;
+  }
+  argmax_k<<<static_cast<unsigned>(a.rows), kArgmaxThreads, 0, s>>>(a);
+  DI_CUDA_LAUNCHED();
+}
 
 void topk_mask(const TopkMaskArgs& a, cudaStream_t s) {
   if (a.s == 0) return;
