@@ -149,21 +149,6 @@ void DeepseekV41::rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_
             .rope_dim = cfg_.qk_rope_head_dim, .inverse = inverse});
 }
 
-void DeepseekV41::publish_groups(float* x, int64_t n_groups, int64_t dim, int64_t g0, int64_t ratio, FakeQuant kind,
-                                 int64_t block, PackedRows& dest) {
-  std::vector<int64_t> gpos(static_cast<size_t>(n_groups));
-  for (int64_t g = 0; g < n_groups; ++g) gpos[g] = g0 + ratio * g;
-  std::vector<float> gc, gs;
-  rope_compress_.compute(gpos.data(), n_groups, &gc, &gs);
-  kernels::Buf<float> d_gc(be_), d_gs(be_);
-  d_gc.upload(gc);
-  d_gs.upload(gs);
-  rope_rows(x, n_groups, 1, dim, d_gc.data(), d_gs.data(), false);
-  be_.fake_quant({.x = x, .rows = n_groups, .dim = dim, .block = block, .kind = kind, .codes = dest.code_slot(n_groups),
-                  .scales = dest.scale_slot(n_groups)});
-  dest.append(x, n_groups);
-}
-
 void DeepseekV41::forward(const int64_t* tokens, int64_t n, SequenceState& st, float* logits, bool last_only) {
   SeqChunk chunk{.tokens = tokens, .n = n, .state = &st, .replay_from = 0, .all_logits = !last_only, .logits = logits};
   forward(std::span<SeqChunk>(&chunk, 1));
@@ -346,21 +331,31 @@ void DeepseekV41::size_layer(int64_t l, Scratch& s, int64_t rows) {
     be_.zero(s.o.data() + s.n * H * hd, (rows - s.n) * H * hd * static_cast<int64_t>(sizeof(float)));
 }
 
+void DeepseekV41::mhc_site(const Mat& fn, const float* scale, const float* base, float* pre, float* post, float* comb,
+                           const float* collapse_pre, const float* norm, Scratch& s, int64_t n) {
+  const auto& c = cfg_;
+  const int64_t D = c.hidden_size, hc = c.hc_mult;
+  be_.hc_mixes({.x = s.X.data(), .fn = fn.f32(), .scale = scale, .base = base, .pre = pre, .post = post, .comb = comb,
+                .rows = n, .hc = hc, .dim = D, .sinkhorn_iters = c.hc_sinkhorn_iters,
+                .norm_eps = static_cast<float>(c.rms_norm_eps), .hc_eps = static_cast<float>(c.hc_eps)});
+  be_.hc_collapse({.x = s.X.data(), .pre = collapse_pre, .y = s.xc.data(), .rows = n, .hc = hc, .dim = D});
+  rms(s.xc.data(), norm, s.xn.data(), n, D);
+}
+
+std::pair<const float*, const float*> DeepseekV41::rope_of(int64_t l, const Scratch& s) const {
+  if (cfg_.ratio(l) > 0) return {s.cos_comp.data(), s.sin_comp.data()};
+  return {s.cos_main.data(), s.sin_main.data()};
+}
+
 void DeepseekV41::attention_in(int64_t l, Scratch& s, int64_t n) {
   const auto& c = cfg_;
   const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
   const AttentionWeights& A = L.attn;
-  const int64_t D = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads, hd = c.head_dim;
-  const float hc_eps = static_cast<float>(c.hc_eps), norm_eps = static_cast<float>(c.rms_norm_eps);
-  be_.hc_mixes({.x = s.X.data(), .fn = L.hc_attn_fn.f32(), .scale = L.hc_attn_scale, .base = L.hc_attn_base,
-                .pre = s.a_pre.data(), .post = s.a_post.data(), .comb = s.a_comb.data(), .rows = n, .hc = hc, .dim = D,
-                .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});
-  be_.hc_collapse({.x = s.X.data(), .pre = s.pre.data(), .y = s.xc.data(), .rows = n, .hc = hc, .dim = D});
-  rms(s.xc.data(), L.attn_norm, s.xn.data(), n, D);
+  const int64_t H = c.num_attention_heads, hd = c.head_dim, ratio = c.ratio(l);
+  mhc_site(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, s.a_pre.data(), s.a_post.data(), s.a_comb.data(), s.pre.data(),
+           L.attn_norm, s, n);
   const float* xn = s.xn.data();
-  const int64_t ratio = c.ratio(l);
-  const float* cs = ratio > 0 ? s.cos_comp.data() : s.cos_main.data();
-  const float* sn = ratio > 0 ? s.sin_comp.data() : s.sin_main.data();
+  const auto [cs, sn] = rope_of(l, s);
   // Queries through the low-rank path (qr also feeds the indexer), and the window K=V (norm,
   // RoPE, FP8 fake quantisation: its codes and scales are what the window rings store).
   kernels::Buf<float> qr(be_, n * c.q_lora_rank);
@@ -395,10 +390,7 @@ void DeepseekV41::attention_out_and_ffn(int64_t l, Scratch& s, int64_t n) {
   const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
   const AttentionWeights& A = L.attn;
   const int64_t D = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads, hd = c.head_dim;
-  const float hc_eps = static_cast<float>(c.hc_eps), norm_eps = static_cast<float>(c.rms_norm_eps);
-  const int64_t ratio = c.ratio(l);
-  const float* cs = ratio > 0 ? s.cos_comp.data() : s.cos_main.data();
-  const float* sn = ratio > 0 ? s.sin_comp.data() : s.sin_main.data();
+  const auto [cs, sn] = rope_of(l, s);
   // Remove the query's rotation from the output, then the grouped low-rank projection.
   rope_rows(s.o.data(), n, H, hd, cs, sn, true);
   const int64_t G = c.o_groups, gw = H * hd / G, olr = c.o_lora_rank;
@@ -411,11 +403,8 @@ void DeepseekV41::attention_out_and_ffn(int64_t l, Scratch& s, int64_t n) {
   // The FFN site: its own mixes for the streams after attention; the collapse uses the
   // attention site's pre (computed before attention). `pre` then holds the FFN site's pre:
   // the next layer's attention collapses with it.
-  be_.hc_mixes({.x = s.X.data(), .fn = L.hc_ffn_fn.f32(), .scale = L.hc_ffn_scale, .base = L.hc_ffn_base,
-                .pre = s.pre.data(), .post = s.f_post.data(), .comb = s.f_comb.data(), .rows = n, .hc = hc, .dim = D,
-                .sinkhorn_iters = c.hc_sinkhorn_iters, .norm_eps = norm_eps, .hc_eps = hc_eps});
-  be_.hc_collapse({.x = s.X.data(), .pre = s.a_pre.data(), .y = s.xc.data(), .rows = n, .hc = hc, .dim = D});
-  rms(s.xc.data(), L.ffn_norm, s.xn.data(), n, D);
+  mhc_site(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, s.pre.data(), s.f_post.data(), s.f_comb.data(), s.a_pre.data(),
+           L.ffn_norm, s, n);
   moe(l, s.xn.data(), n, s.y.data());
   be_.hc_expand({.x = s.X.data(), .y = s.y.data(), .post = s.f_post.data(), .comb = s.f_comb.data(), .rows = n, .hc = hc,
                  .dim = D});
@@ -527,8 +516,6 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
   const float* kv = s.kv.data();
   const uint8_t* kv_codes = s.kv_codes.data();
   const uint8_t* kv_scales = s.kv_scales.data();
-  const kernels::Buf<float>& ckv = s.ckv;
-  const kernels::Buf<float>& cgate = s.cgate;
   const kernels::Buf<float>& iq = s.iq;
   const kernels::Buf<float>& iw = s.iw;
 
@@ -545,7 +532,7 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     win_off[qi] = total_win;
     total_win += n_cached[qi] + s.rows[qi];
   }
-  kernels::Buf<float> win(be_, total_win * hd), latent(be_);
+  kernels::Buf<float> win(be_, total_win * hd);
   std::vector<int64_t> win_pos(static_cast<size_t>(total_win));
   std::vector<kernels::PackedDesc> ring_reads;
   std::vector<kernels::CopyDesc> win_copies;
@@ -578,37 +565,22 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
   kernels::Buf<int64_t> d_win_pos(be_);
   d_win_pos.upload(win_pos);
 
+  // KV sources: every sequence's new compressed groups (and indexer keys) at once.
+  if (ratio > 0 && c.is_kv_source(l)) publish_sources(l, s);
   std::vector<kernels::AttentionSeq> seqs;
   std::vector<int32_t> q_seq(static_cast<size_t>(n));
   int64_t max_t_win = 0, max_t_comp = 0;
   for (size_t qi = 0; qi < nseq; ++qi) {
     const int64_t r0 = s.row0[qi], m = s.rows[qi];
     if (m == 0) continue;
-    SequenceState& st = *s.states[qi];
     Shared& sh = s.shared[qi];
     const int64_t* d_pos = s.d_pos.data() + r0;
     const float* comp = nullptr;
     const uint8_t* comp_sel = nullptr;
     int64_t t_comp = 0;
     if (ratio > 0) {
-      SourceState& src = st.source(c.kv_source_of(l));
-      int64_t n_groups = 0, g0 = 0;
-      if (c.is_kv_source(l))
-        compressor(l, ckv.data() + r0 * hd, cgate.empty() ? nullptr : cgate.data() + r0 * hd, m, src, latent, &n_groups, &g0);
       if (c.is_index_source(l))
-        indexer(l, iq.data() + r0 * c.index_n_heads * c.index_head_dim, iw.data() + r0 * c.index_n_heads, d_pos, m, latent,
-                n_groups, g0, src, sh);
-      if (n_groups > 0) {
-        // Rotate each new entry at its group's first-token position, FP4-quantise, append.
-        publish_groups(latent.data(), n_groups, hd, g0, ratio, FakeQuant::kFp4E4m3, 16, src.comp);
-        src.n_comp += n_groups;
-      }
-      if (c.is_kv_source(l)) {
-        // The group reads the whole running cache as float for this forward.
-        buf(sh.comp, src.n_comp * hd);
-        src.comp.read(0, src.n_comp, sh.comp.data());
-        sh.t_comp = src.n_comp;
-      }
+        index_select(l, iq.data() + r0 * c.index_n_heads * c.index_head_dim, iw.data() + r0 * c.index_n_heads, d_pos, m, sh);
       if (sh.t_comp > 0) {
         comp = sh.comp.data();
         t_comp = sh.t_comp;
@@ -654,64 +626,172 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
   copy_batch(ring_writes);
 }
 
-void DeepseekV41::compressor(int64_t l, const float* kv, const float* gate, int64_t n, SourceState& src,
-                             kernels::Buf<float>& latent, int64_t* n_groups, int64_t* g0) {
+void DeepseekV41::publish_sources(int64_t l, Scratch& s) {
   const auto& c = cfg_;
   const AttentionWeights& A = w_.layers[static_cast<size_t>(l)].attn;
   const int64_t hd = c.head_dim, r = c.ratio(l);
   constexpr int64_t F = sizeof(float);
+  const size_t nseq = s.states.size();
+  // The compressor: this forward's rows of each sequence join its open group; every complete
+  // group is pooled (ratio > 1) or is the row itself (ratio 1). latent: [G, hd], sequence by
+  // sequence, groups[q] of them from row lat0[q], the first at group index first[q].
+  std::vector<int64_t> groups(nseq, 0), lat0(nseq, 0), first(nseq, 0);
+  int64_t G = 0;
+  kernels::Buf<float> latent(be_);
+  std::vector<kernels::CopyDesc> copies;
+  for (size_t q = 0; q < nseq; ++q) {
+    const int64_t m = s.rows[q];
+    if (m == 0) continue;
+    SourceState& src = s.states[q]->source(l);
+    first[q] = src.n_comp;
+    if (r == 1) {
+      groups[q] = m;
+    } else {
+      const int64_t total = src.buf_rows + m;
+      src.buf_kv.resize(total * hd, true);
+      src.buf_gate.resize(total * hd, true);
+      copies.push_back({src.buf_kv.data() + src.buf_rows * hd, s.ckv.data() + s.row0[q] * hd, m * hd * F});
+      copies.push_back({src.buf_gate.data() + src.buf_rows * hd, s.cgate.data() + s.row0[q] * hd, m * hd * F});
+      src.buf_rows = total;
+      groups[q] = total / r;
+    }
+    lat0[q] = G;
+    G += groups[q];
+  }
   if (r == 1) {
-    latent.resize(n * hd);
-    be_.copy(latent.data(), kv, n * hd * F);
-    rms(latent.data(), A.c_norm, latent.data(), n, hd);
-    *n_groups = n;
-    *g0 = src.n_comp;
-    return;
+    latent.resize(s.n * hd);  // every row, already in sequence order
+    be_.copy(latent.data(), s.ckv.data(), s.n * hd * F);
+  } else {
+    copy_batch(copies);
+    // The complete groups' rows side by side, pooled at once; the open groups' rows (fewer
+    // than r, so never overlapping the first r) move to the front of their buffers.
+    kernels::Buf<float> pool_kv(be_, G * r * hd), pool_gate(be_, G * r * hd);
+    std::vector<kernels::CopyDesc> gather, rest;
+    for (size_t q = 0; q < nseq; ++q) {
+      if (groups[q] == 0) continue;
+      SourceState& src = s.states[q]->source(l);
+      const int64_t used = groups[q] * r * hd, left = src.buf_rows - groups[q] * r;
+      gather.push_back({pool_kv.data() + lat0[q] * r * hd, src.buf_kv.data(), used * F});
+      gather.push_back({pool_gate.data() + lat0[q] * r * hd, src.buf_gate.data(), used * F});
+      if (left > 0) {
+        rest.push_back({src.buf_kv.data(), src.buf_kv.data() + used, left * hd * F});
+        rest.push_back({src.buf_gate.data(), src.buf_gate.data() + used, left * hd * F});
+      }
+    }
+    copy_batch(gather);
+    copy_batch(rest);
+    for (size_t q = 0; q < nseq; ++q) {
+      if (groups[q] == 0) continue;
+      SourceState& src = s.states[q]->source(l);
+      src.buf_rows -= groups[q] * r;
+      src.buf_kv.resize(src.buf_rows * hd, true);
+      src.buf_gate.resize(src.buf_rows * hd, true);
+    }
+    latent.resize(G * hd);
+    if (G > 0)
+      be_.compress_pool({.kv = pool_kv.data(), .gate = pool_gate.data(), .out = latent.data(), .groups = G, .ratio = r, .dim = hd});
   }
-  // Append this chunk's projections to the open group's buffer; pool complete groups.
-  const int64_t total = src.buf_rows + n;
-  src.buf_kv.resize(total * hd, true);
-  src.buf_gate.resize(total * hd, true);
-  be_.copy(src.buf_kv.data() + src.buf_rows * hd, kv, n * hd * F);
-  be_.copy(src.buf_gate.data() + src.buf_rows * hd, gate, n * hd * F);
-  src.buf_rows = total;
-  *g0 = src.n_comp * r;
-  const int64_t groups = total / r;
-  *n_groups = groups;
-  if (groups == 0) return;
-  latent.resize(groups * hd);
-  be_.compress_pool({.kv = src.buf_kv.data(), .gate = src.buf_gate.data(), .out = latent.data(), .groups = groups,
-                     .ratio = r, .dim = hd});
-  rms(latent.data(), A.c_norm, latent.data(), groups, hd);
-  // The open group's rows (fewer than r, so never overlapping the first r rows) move to the front.
-  const int64_t rest = total - groups * r;
-  if (rest > 0) {
-    be_.copy(src.buf_kv.data(), src.buf_kv.data() + groups * r * hd, rest * hd * F);
-    be_.copy(src.buf_gate.data(), src.buf_gate.data() + groups * r * hd, rest * hd * F);
+  if (G > 0) rms(latent.data(), A.c_norm, latent.data(), G, hd);
+  // Group g of a sequence covers tokens from (first + g) * r: its entries rotate there.
+  std::vector<int64_t> gpos(static_cast<size_t>(G));
+  std::vector<std::pair<PackedRows*, int64_t>> comp_dest, key_dest;
+  for (size_t q = 0; q < nseq; ++q) {
+    for (int64_t g = 0; g < groups[q]; ++g) gpos[static_cast<size_t>(lat0[q] + g)] = (first[q] + g) * r;
+    if (s.rows[q] == 0) continue;
+    SourceState& src = s.states[q]->source(l);
+    comp_dest.push_back({&src.comp, groups[q]});
+    key_dest.push_back({&src.index_k, groups[q]});
   }
-  src.buf_kv.resize(rest * hd);
-  src.buf_gate.resize(rest * hd);
-  src.buf_rows = rest;
+  // Indexer keys from the pre-RoPE, pre-FP4 latent (an index source's own keys).
+  if (c.is_index_source(l) && G > 0) {
+    const int64_t di = c.index_head_dim;
+    kernels::Buf<float> k(be_, G * di);
+    linear(latent.data(), G, A.i_wk, k.data());
+    rms(k.data(), A.i_k_norm, k.data(), G, di);
+    publish_rows(k.data(), gpos, di, FakeQuant::kFp4Pow2, 32, key_dest);
+  }
+  // The compressed entries: rotated at their group's first token, FP4-quantised, appended.
+  if (G > 0) publish_rows(latent.data(), gpos, hd, FakeQuant::kFp4E4m3, 16, comp_dest);
+  // Every sequence reads its whole running caches as float for this forward (one op each).
+  std::vector<std::pair<const PackedRows*, kernels::Buf<float>*>> reads;
+  for (size_t q = 0; q < nseq; ++q) {
+    if (s.rows[q] == 0) continue;
+    SourceState& src = s.states[q]->source(l);
+    Shared& sh = s.shared[q];
+    src.n_comp += groups[q];
+    sh.t_comp = src.n_comp;
+    reads.push_back({&src.comp, &buf(sh.comp, src.n_comp * hd)});
+    if (c.is_index_source(l)) {
+      src.n_index += groups[q];
+      sh.t_index = src.n_index;
+      reads.push_back({&src.index_k, &buf(sh.index_k, src.n_index * c.index_head_dim)});
+    }
+  }
+  read_rows(reads);
 }
 
-void DeepseekV41::indexer(int64_t l, const float* q, const float* w, const int64_t* pos, int64_t n,
-                          const kernels::Buf<float>& latent, int64_t n_groups, int64_t g0, SourceState& src, Shared& sh) {
-  const auto& c = cfg_;
-  const AttentionWeights& A = w_.layers[static_cast<size_t>(l)].attn;
-  const int64_t nh = c.index_n_heads, di = c.index_head_dim, r = c.ratio(l);
-  if (c.is_kv_source(l)) {
-    if (n_groups > 0) {
-      // Keys from the pre-RoPE, pre-FP4 latent.
-      kernels::Buf<float> k(be_, n_groups * di);
-      linear(latent.data(), n_groups, A.i_wk, k.data());
-      rms(k.data(), A.i_k_norm, k.data(), n_groups, di);
-      publish_groups(k.data(), n_groups, di, g0, r, FakeQuant::kFp4Pow2, 32, src.index_k);
-      src.n_index += n_groups;
+void DeepseekV41::publish_rows(float* x, const std::vector<int64_t>& pos, int64_t dim, FakeQuant kind, int64_t block,
+                               const std::vector<std::pair<PackedRows*, int64_t>>& dest) {
+  const int64_t rows = static_cast<int64_t>(pos.size());
+  std::vector<float> gc, gs;
+  rope_compress_.compute(pos.data(), rows, &gc, &gs);
+  kernels::Buf<float> d_gc(be_), d_gs(be_);
+  d_gc.upload(gc);
+  d_gs.upload(gs);
+  rope_rows(x, rows, 1, dim, d_gc.data(), d_gs.data(), false);
+  const bool packed = !dest.empty() && dest.front().first->packed();
+  const int64_t cb = packed ? dest.front().first->code_bytes() : 0, sb = packed ? dest.front().first->scale_bytes() : 0;
+  kernels::Buf<uint8_t> codes(be_, rows * cb), scales(be_, rows * sb);
+  be_.fake_quant({.x = x, .rows = rows, .dim = dim, .block = block, .kind = kind, .codes = packed ? codes.data() : nullptr,
+                  .scales = packed ? scales.data() : nullptr});
+  // Each destination takes its rows: the codes and scales into its slots, then the append.
+  std::vector<kernels::CopyDesc> copies;
+  int64_t off = 0;
+  for (const auto& [d, k] : dest) {
+    if (packed && k > 0) {
+      copies.push_back({d->code_slot(k), codes.data() + off * cb, k * cb});
+      copies.push_back({d->scale_slot(k), scales.data() + off * sb, k * sb});
     }
-    buf(sh.index_k, src.n_index * di);
-    src.index_k.read(0, src.n_index, sh.index_k.data());
-    sh.t_index = src.n_index;
+    off += k;
   }
+  copy_batch(copies);
+  off = 0;
+  for (const auto& [d, k] : dest) {
+    d->append(x + off * dim, k);
+    off += k;
+  }
+}
+
+void DeepseekV41::read_rows(const std::vector<std::pair<const PackedRows*, kernels::Buf<float>*>>& reads) {
+  // Packed caches of one format dequantised in one op per format; float ones copied.
+  std::vector<kernels::CopyDesc> copies;
+  std::vector<std::pair<const PackedRows*, std::vector<kernels::PackedDesc>>> by_format;
+  for (const auto& [rows, out] : reads) {
+    if (rows->size() == 0) continue;
+    if (!rows->packed()) {
+      copies.push_back({out->data(), rows->values_at(0), rows->size() * rows->dim() * static_cast<int64_t>(sizeof(float))});
+      continue;
+    }
+    auto it = std::find_if(by_format.begin(), by_format.end(), [&](const auto& f) {
+      return f.first->kind() == rows->kind() && f.first->dim() == rows->dim() && f.first->block() == rows->block();
+    });
+    if (it == by_format.end()) it = by_format.insert(by_format.end(), {rows, {}});
+    it->second.push_back({rows->codes_at(0), rows->scales_at(0), out->data(), rows->size()});
+  }
+  copy_batch(copies);
+  for (const auto& [fmt, descs] : by_format) {
+    kernels::Buf<kernels::PackedDesc> d(be_);
+    d.upload(descs);
+    int64_t max_rows = 0;
+    for (const auto& r : descs) max_rows = std::max(max_rows, r.rows);
+    be_.dequant_packed_batch({.kind = fmt->kind(), .descs = d.data(), .n = static_cast<int64_t>(descs.size()),
+                              .dim = fmt->dim(), .block = fmt->block(), .max_rows = max_rows});
+  }
+}
+
+void DeepseekV41::index_select(int64_t l, const float* q, const float* w, const int64_t* pos, int64_t n, Shared& sh) {
+  const auto& c = cfg_;
+  const int64_t nh = c.index_n_heads, di = c.index_head_dim, r = c.ratio(l);
   const int64_t T = sh.t_index;
   if (T == 0) return;
   kernels::Buf<float> scores(be_, n * T);

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -89,16 +90,24 @@ class DeepseekV41 {
   void attention(int64_t layer, Scratch& s);
   void attention_out_and_ffn(int64_t layer, Scratch& s, int64_t rows);
   void head(std::span<SeqChunk> batch, Scratch& s);
+  // One mHC site: its mixes (into pre, post, comb) from the streams s.X, then the streams
+  // collapsed with `collapse_pre` and RMS-normalised with `norm` into s.xn.
+  void mhc_site(const Mat& fn, const float* scale, const float* base, float* pre, float* post, float* comb,
+                const float* collapse_pre, const float* norm, Scratch& s, int64_t rows);
+  // Layer l's RoPE tables (cos, sin) for s's rows: the compress RoPE on compressed layers.
+  std::pair<const float*, const float*> rope_of(int64_t layer, const Scratch& s) const;
   // Runs `ops` (which only touch s's buffers, weights and their own temporaries) as graph
   // `which` of layer l of s's bucket: eagerly the first time, then captured and replayed.
   void piece(Scratch& s, int64_t layer, int which, const std::function<void()>& ops);
   static int64_t graph_bucket(int64_t rows);
-  // kv/gate: [n, hd] compressor projections of one sequence's rows (gate null at ratio 1).
-  void compressor(int64_t layer, const float* kv, const float* gate, int64_t n, SourceState& src,
-                  kernels::Buf<float>& latent, int64_t* n_groups, int64_t* g0);
-  // q: [n, heads, d_idx] rotated, FP4-rounded indexer queries; w: [n, heads] head weights.
-  void indexer(int64_t layer, const float* q, const float* w, const int64_t* pos, int64_t n,
-               const kernels::Buf<float>& latent, int64_t n_groups, int64_t g0, SourceState& src, Shared& sh);
+  // A KV source layer, every sequence at once: the compressor (its rows of s.ckv / s.cgate
+  // join the open group; complete groups pooled), the new groups' indexer keys (index
+  // sources), both published into the sequence's caches, then each sequence's caches read as
+  // float into its Shared (comp, index_k).
+  void publish_sources(int64_t layer, Scratch& s);
+  // One sequence's top-k selection: q [n, heads, d_idx] rotated, FP4-rounded indexer queries,
+  // w [n, heads] head weights, against sh.index_k; sets sh.topk (and the candidate blocks).
+  void index_select(int64_t layer, const float* q, const float* w, const int64_t* pos, int64_t n, Shared& sh);
   void compact_to_tail(std::span<SeqChunk> batch, Scratch& s, std::vector<int64_t>& hash_ids, int64_t hash_w);
   void moe(int64_t layer, const float* xn, int64_t rows, float* y);
   // hash_ids: host [rows, n_engram_layers, cols].
@@ -110,11 +119,13 @@ class DeepseekV41 {
   void copy_batch(const std::vector<kernels::CopyDesc>& copies);
   template <class T>
   kernels::Buf<T>& buf(kernels::Buf<T>& b, int64_t n);  // binds b to the backend, size n
-  // Compressed-branch entries of new groups: compress RoPE at each group's first-token
-  // position (g0 + ratio*g), then the given fake quantisation; appended to `dest` in its stored
-  // format. x: [n_groups, dim] fp32, rounded in place.
-  void publish_groups(float* x, int64_t n_groups, int64_t dim, int64_t g0, int64_t ratio, kernels::FakeQuant kind,
-                      int64_t block, PackedRows& dest);
+  // Compressed-branch rows: compress RoPE at pos[i] (a group's first token), then the given
+  // fake quantisation, rounded in place in x [pos.size(), dim]; dest takes them in order, each
+  // (rows, count) appending its count in its stored format.
+  void publish_rows(float* x, const std::vector<int64_t>& pos, int64_t dim, kernels::FakeQuant kind, int64_t block,
+                    const std::vector<std::pair<PackedRows*, int64_t>>& dest);
+  // Each cache's rows as float32 into its buffer (sized already), in one op per format.
+  void read_rows(const std::vector<std::pair<const PackedRows*, kernels::Buf<float>*>>& reads);
   void rms(const float* x, const float* w, float* y, int64_t rows, int64_t dim);
   void linear(const float* x, int64_t rows, const Mat& w, float* y);
 

@@ -54,6 +54,8 @@ class PackedRows {
   const float* values_at(int64_t row) const { return f32_.data() + (start_ + row) * dim_; }
   kernels::FakeQuant kind() const { return kind_; }
   int64_t block() const { return block_; }
+  int64_t code_bytes() const { return code_bytes_; }    // per row, when packed
+  int64_t scale_bytes() const { return scale_bytes_; }  // per row, when packed
   // Bytes the live rows take.
   int64_t bytes() const;
 
