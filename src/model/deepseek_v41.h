@@ -9,9 +9,16 @@
 // Invariants: the model holds no per-sequence state of its own; all of it is in
 // SequenceState. It calls only kernels::Backend ops for arithmetic.
 // Memory: every tensor lives in the backend's memory (the weights are copied there when the
-// backend is a device); token ids, positions and the MoE grouping are computed on the host and
-// uploaded; logits are downloaded into the caller's host buffers.
-// Threading: one forward at a time per model object (scratch is per call).
+// backend is a device); token ids, positions and the window/cache bookkeeping are computed on
+// the host and uploaded (the MoE grouping stays on the backend); logits, or only the greedy
+// token ids, are downloaded into the caller's host buffers.
+// Graphs (backends that have them): a forward of at most kGraphRows rows without replay runs
+// the two static halves of every layer (before and after the attention) as captured graphs
+// over a Scratch kept per row bucket (padding rows are zero tokens at position 0; every op is
+// row-independent, so they never change a real row); the attention in between runs eagerly.
+// The kept Scratches and their graph pools hold device memory until set_graphs(false) or
+// the model's end.
+// Threading: one forward at a time per model object (scratch is per call or per bucket).
 #pragma once
 
 #include <cstdint>
