@@ -36,12 +36,13 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads
   if (device == "cuda-check") return make_cross_check_backend(make_cuda_backend(0, p, batch_invariant));
   if (device == "cuda-profile") return make_profiling_backend(make_cuda_backend(0, p, batch_invariant));
   if (device == "cpu-profile") return make_profiling_backend(make_cpu_backend(cpu_threads, p));
+  if (device == "cpu-graphs") return make_graph_emulation_backend(make_cpu_backend(cpu_threads, p));
   if (device.rfind("cuda:", 0) == 0) {
     const std::string idx = device.substr(5);
     if (!idx.empty() && idx.size() < 4 && idx.find_first_not_of("0123456789") == std::string::npos)
       return make_cuda_backend(std::stoi(idx), p, batch_invariant);
   }
-  throw Error("device '" + device + "': expected cpu, cuda, cuda:N, cuda-check, cuda-profile or cpu-profile");
+  throw Error("device '" + device + "': expected cpu, cuda, cuda:N, cuda-check, cuda-profile, cpu-profile or cpu-graphs");
 }
 
 }  // namespace deepinfer::kernels

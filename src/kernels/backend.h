@@ -430,8 +430,8 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0, Precision precision
 // the batch (the default; false = cuBLAS on the whole product, faster for some shapes).
 std::unique_ptr<Backend> make_cuda_backend(int device = 0, Precision precision = Precision::kFloat32,
                                            bool batch_invariant = true);
-// device "cpu", "cuda[:N]" or "cuda-check"; dtype "float32" or "bfloat16" (CUDA only). An
-// Error names a device or dtype that is not one of these.
+// device "cpu", "cuda[:N]", "cuda-check", "cuda-profile", "cpu-profile" or "cpu-graphs"; dtype
+// "float32" or "bfloat16". An Error names a device or dtype that is not one of these.
 std::unique_ptr<Backend> make_backend(const std::string& device, int cpu_threads = 0, const std::string& dtype = "float32",
                                       bool batch_invariant = true);
 // Runs every op on `device`, replays the discrete ops (rounding, routing, selections) on the CPU
@@ -445,6 +445,9 @@ CrossCheckCounts cross_check_counts(const Backend& b);
 // Times every op kind (synchronising after each) and prints the table when destroyed
 // ("cuda-profile", "cpu-profile").
 std::unique_ptr<Backend> make_profiling_backend(std::unique_ptr<Backend> device);
+// Graphs emulated on a backend that has none: captures record the ops (arguments copied),
+// replays run them, with the CUDA backend's capture rules enforced ("cpu-graphs"; for tests).
+std::unique_ptr<Backend> make_graph_emulation_backend(std::unique_ptr<Backend> device);
 // True when this build includes the CUDA backend.
 bool cuda_built();
 

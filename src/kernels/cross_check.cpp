@@ -26,13 +26,18 @@ class Forwarding : public Backend {
   Precision precision() const override { return d_->precision(); }
   void* alloc(int64_t b) override { return d_->alloc(b); }
   void release(void* p) override { d_->release(p); }
-  void upload(void* dst, const void* src, int64_t b) override { around("upload", [&] { d_->upload(dst, src, b); }); }
-  void download(void* dst, const void* src, int64_t b) override { around("download", [&] { d_->download(dst, src, b); }); }
-  void copy(void* dst, const void* src, int64_t b) override { around("copy", [&] { d_->copy(dst, src, b); }); }
-  void zero(void* p, int64_t b) override { around("zero", [&] { d_->zero(p, b); }); }
+  void upload(void* dst, const void* src, int64_t b) override {
+    around("upload", [this, dst, src, b] { d_->upload(dst, src, b); });
+  }
+  void download(void* dst, const void* src, int64_t b) override {
+    around("download", [this, dst, src, b] { d_->download(dst, src, b); });
+  }
+  void copy(void* dst, const void* src, int64_t b) override { around("copy", [this, dst, src, b] { d_->copy(dst, src, b); }); }
+  void zero(void* p, int64_t b) override { around("zero", [this, p, b] { d_->zero(p, b); }); }
   void synchronize() override { d_->synchronize(); }
+// The op's arguments are copied into the closure (a decorator may run it later).
 #define DI_FORWARD(op, Args) \
-  void op(const Args& a) override { around(#op, [&] { d_->op(a); }); }
+  void op(const Args& a) override { around(#op, [this, a] { d_->op(a); }); }
   DI_FORWARD(matmul, MatmulArgs)
   DI_FORWARD(rms_norm, RmsNormArgs)
   DI_FORWARD(rope, RopeArgs)
@@ -215,7 +220,91 @@ class CrossCheck final : public Forwarding {
   long long checked_ = 0, failed_ = 0;
 };
 
+// Graphs on a backend without them (`cpu-graphs`): a capture records each op, its arguments
+// copied, instead of running it; a replay runs the records in order. The CUDA backend's rules
+// hold and are enforced the same way: memory allocated while capturing is the pool's until the
+// pool is freed (releasing it is a no-op), and uploads, downloads, synchronising or releasing
+// memory from outside the capture abort. So the model's use of graphs (row buckets, padding,
+// buffers that must keep their addresses) is tested where there is no GPU.
+class EmulatedGraphs final : public Forwarding {
+ public:
+  using Forwarding::Forwarding;
+  ~EmulatedGraphs() override {
+    for (size_t i = 0; i < pools_.size(); ++i) free_graph_pool(static_cast<int64_t>(i));
+  }
+  const char* name() const override { return "graphs"; }
+  void* alloc(int64_t b) override {
+    void* p = d_->alloc(b);
+    if (capturing_ >= 0) pools_[static_cast<size_t>(capturing_)].push_back(p);
+    return p;
+  }
+  void release(void* p) override {
+    for (const auto& pool : pools_)
+      if (std::find(pool.begin(), pool.end(), p) != pool.end()) return;  // freed with its pool
+    if (capturing_ >= 0 && p) refuse("releasing memory allocated outside it");
+    d_->release(p);
+  }
+  void synchronize() override {
+    if (capturing_ >= 0) refuse("synchronising");
+    d_->synchronize();
+  }
+  bool graphs() const override { return true; }
+  int64_t new_graph_pool() override {
+    pools_.emplace_back();
+    return static_cast<int64_t>(pools_.size()) - 1;
+  }
+  void begin_capture(int64_t pool) override {
+    if (capturing_ >= 0) refuse("a nested capture");
+    if (pool < 0 || pool >= static_cast<int64_t>(pools_.size())) refuse("a graph pool that does not exist");
+    capturing_ = pool;
+    recording_.clear();
+  }
+  int64_t end_capture() override {
+    if (capturing_ < 0) refuse("end_capture without begin_capture");
+    graphs_.push_back({capturing_, std::move(recording_)});
+    recording_.clear();
+    capturing_ = -1;
+    return static_cast<int64_t>(graphs_.size()) - 1;
+  }
+  void replay(int64_t g) override {
+    if (g < 0 || g >= static_cast<int64_t>(graphs_.size()) || graphs_[static_cast<size_t>(g)].pool < 0)
+      refuse("replaying a graph that does not exist");
+    for (const auto& op : graphs_[static_cast<size_t>(g)].ops) op();
+  }
+  void free_graph_pool(int64_t pool) override {
+    if (pool == capturing_) refuse("freeing the pool being captured into");
+    for (auto& g : graphs_)
+      if (g.pool == pool) g = {-1, {}};
+    std::vector<void*> mem = std::move(pools_[static_cast<size_t>(pool)]);
+    pools_[static_cast<size_t>(pool)].clear();
+    for (void* p : mem) d_->release(p);
+  }
+
+ private:
+  void around(const char* op, const std::function<void()>& f) override {
+    if (capturing_ < 0) return f();
+    if (!std::strcmp(op, "upload") || !std::strcmp(op, "download")) refuse(op);
+    recording_.push_back(f);
+  }
+  [[noreturn]] static void refuse(const char* what) {
+    std::fprintf(stderr, "deepinfer: graph capture (emulated): %s is not allowed here\n", what);
+    std::abort();
+  }
+  struct Graph {
+    int64_t pool = -1;
+    std::vector<std::function<void()>> ops;
+  };
+  std::vector<std::vector<void*>> pools_;
+  std::vector<Graph> graphs_;
+  std::vector<std::function<void()>> recording_;
+  int64_t capturing_ = -1;
+};
+
 }  // namespace
+
+std::unique_ptr<Backend> make_graph_emulation_backend(std::unique_ptr<Backend> device) {
+  return std::make_unique<EmulatedGraphs>(std::move(device));
+}
 
 std::unique_ptr<Backend> make_profiling_backend(std::unique_ptr<Backend> device) {
   return std::make_unique<Profile>(std::move(device));

@@ -307,4 +307,4 @@ TEST_P(EngineOnDevice, GreedyRowsOnTheBackendGiveTheSamplersTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, EngineOnDevice, ::testing::ValuesIn(deepinfer::testing::devices()),
-                         [](const auto& i) { return i.param; });
+                         deepinfer::testing::device_name);

@@ -173,7 +173,7 @@ TEST_P(OnDevice, BoundedReplayIsIndependentOfChunking) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Invariance, OnDevice, ::testing::ValuesIn(deepinfer::testing::devices()),
-                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+                         deepinfer::testing::device_name);
 
 TEST_P(OnDevice, DecodeStepIsBitwiseTheSameInBatchesUpTo256) {
   // One sequence's decode logits alone, and inside decode batches of 2..256 sequences with
