@@ -52,6 +52,19 @@ __device__ inline float block_sum(float v) {
   return part[0];
 }
 
+// Block-wide sum of ints (blockDim.x a multiple of 32), through `part` (shared, one int per
+// warp); every thread gets the result.
+__device__ inline int64_t block_sum_i(int v, int* part) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  int64_t t = 0;
+  for (int w = 0; w < nw; ++w) t += part[w];
+  return t;
+}
+
 __device__ inline float d_e4m3_to_f32(uint8_t v) {
   const int sign = v >> 7, e = (v >> 3) & 0xF, m = v & 7;
   float mag;

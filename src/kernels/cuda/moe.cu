@@ -18,25 +18,13 @@ namespace {
 
 constexpr int kPermThreads = 1024;
 
-// Block-wide int sum (blockDim.x a multiple of 32); every thread gets the result.
-__device__ int block_sum_int(int v, int* part) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-  __syncthreads();
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  int t = 0;
-  for (int w = 0; w < nw; ++w) t += part[w];
-  return t;
-}
-
 // Block e: the number of pairs routed to expert e.
 __global__ void moe_count_k(const int32_t* ids, int64_t pairs, int32_t* counts) {
   __shared__ int part[32];
   const int e = static_cast<int>(blockIdx.x);
   int c = 0;
   for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) c += ids[i] == e;
-  c = block_sum_int(c, part);
+  c = static_cast<int>(block_sum_i(c, part));
   if (threadIdx.x == 0) counts[e] = c;
 }
 
@@ -48,7 +36,7 @@ __global__ void moe_scatter_k(MoePermuteArgs a, const int32_t* counts) {
   const int e = static_cast<int>(blockIdx.x);
   int before = 0;
   for (int64_t j = threadIdx.x; j < e; j += blockDim.x) before += counts[j];
-  int base = block_sum_int(before, part);
+  int base = static_cast<int>(block_sum_i(before, part));
   if (threadIdx.x == 0) {
     a.offsets[e] = base;
     if (e == a.experts - 1) a.offsets[a.experts] = base + counts[e];

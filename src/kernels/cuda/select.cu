@@ -74,16 +74,6 @@ struct SelShared {
   int digit, above;
 };
 
-__device__ int64_t block_sum_i(int v, int* scan) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  __syncthreads();
-  if (lane == 0) scan[w] = v;
-  __syncthreads();
-  int64_t tot = 0;
-  for (int i = 0; i < nw; ++i) tot += scan[i];
-  return tot;
-}
 __device__ int64_t block_excl_scan_i(int v, int* scan) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   int incl = v;
