@@ -464,7 +464,6 @@ void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
     be_.download(out_ptrs[static_cast<size_t>(i)], lg.data() + i * V, (j - i) * V * static_cast<int64_t>(sizeof(float)));
     i = j;
   }
-  be_.synchronize();
 }
 
 void DeepseekV41::compact_to_tail(std::span<SeqChunk> batch, Scratch& s, std::vector<int64_t>& hash_ids, int64_t hash_w) {
@@ -534,34 +533,19 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
   }
   kernels::Buf<float> win(be_, total_win * hd);
   std::vector<int64_t> win_pos(static_cast<size_t>(total_win));
-  std::vector<kernels::PackedDesc> ring_reads;
+  std::vector<std::pair<const PackedRows*, float*>> ring_reads;
   std::vector<kernels::CopyDesc> win_copies;
-  kernels::FakeQuant ring_kind = FakeQuant::kFp8Pow2;
-  int64_t ring_block = 32;
   for (size_t qi = 0; qi < nseq; ++qi) {
     const int64_t r0 = s.row0[qi], m = s.rows[qi], off = win_off[qi], nc = n_cached[qi];
     if (m == 0) continue;
     const WindowRing& ring = s.states[qi]->window(l);
     std::copy(ring.pos.begin(), ring.pos.end(), win_pos.begin() + off);
     std::copy(s.pos.begin() + r0, s.pos.begin() + r0 + m, win_pos.begin() + off + nc);
-    if (nc > 0 && ring.kv.packed()) {
-      ring_reads.push_back({ring.kv.codes_at(0), ring.kv.scales_at(0), win.data() + off * hd, nc});
-      ring_kind = ring.kv.kind();
-      ring_block = ring.kv.block();
-    } else if (nc > 0) {
-      win_copies.push_back({win.data() + off * hd, ring.kv.values_at(0), nc * hd * F});
-    }
+    ring_reads.push_back({&ring.kv, win.data() + off * hd});
     win_copies.push_back({win.data() + (off + nc) * hd, kv + r0 * hd, m * hd * F});
   }
   copy_batch(win_copies);
-  if (!ring_reads.empty()) {
-    kernels::Buf<kernels::PackedDesc> d(be_);
-    d.upload(ring_reads);
-    int64_t max_rows = 0;
-    for (const auto& r : ring_reads) max_rows = std::max(max_rows, r.rows);
-    be_.dequant_packed_batch({.kind = ring_kind, .descs = d.data(), .n = static_cast<int64_t>(ring_reads.size()), .dim = hd,
-                              .block = ring_block, .max_rows = max_rows});
-  }
+  read_rows(ring_reads);
   kernels::Buf<int64_t> d_win_pos(be_);
   d_win_pos.upload(win_pos);
 
@@ -677,16 +661,12 @@ void DeepseekV41::publish_sources(int64_t l, Scratch& s) {
         rest.push_back({src.buf_kv.data(), src.buf_kv.data() + used, left * hd * F});
         rest.push_back({src.buf_gate.data(), src.buf_gate.data() + used, left * hd * F});
       }
+      src.buf_rows = left;  // (shrinking keeps the memory the copies below use)
+      src.buf_kv.resize(left * hd, true);
+      src.buf_gate.resize(left * hd, true);
     }
     copy_batch(gather);
     copy_batch(rest);
-    for (size_t q = 0; q < nseq; ++q) {
-      if (groups[q] == 0) continue;
-      SourceState& src = s.states[q]->source(l);
-      src.buf_rows -= groups[q] * r;
-      src.buf_kv.resize(src.buf_rows * hd, true);
-      src.buf_gate.resize(src.buf_rows * hd, true);
-    }
     latent.resize(G * hd);
     if (G > 0)
       be_.compress_pool({.kv = pool_kv.data(), .gate = pool_gate.data(), .out = latent.data(), .groups = G, .ratio = r, .dim = hd});
@@ -713,18 +693,18 @@ void DeepseekV41::publish_sources(int64_t l, Scratch& s) {
   // The compressed entries: rotated at their group's first token, FP4-quantised, appended.
   if (G > 0) publish_rows(latent.data(), gpos, hd, FakeQuant::kFp4E4m3, 16, comp_dest);
   // Every sequence reads its whole running caches as float for this forward (one op each).
-  std::vector<std::pair<const PackedRows*, kernels::Buf<float>*>> reads;
+  std::vector<std::pair<const PackedRows*, float*>> reads;
   for (size_t q = 0; q < nseq; ++q) {
     if (s.rows[q] == 0) continue;
     SourceState& src = s.states[q]->source(l);
     Shared& sh = s.shared[q];
     src.n_comp += groups[q];
     sh.t_comp = src.n_comp;
-    reads.push_back({&src.comp, &buf(sh.comp, src.n_comp * hd)});
+    reads.push_back({&src.comp, buf(sh.comp, src.n_comp * hd).data()});
     if (c.is_index_source(l)) {
       src.n_index += groups[q];
       sh.t_index = src.n_index;
-      reads.push_back({&src.index_k, &buf(sh.index_k, src.n_index * c.index_head_dim)});
+      reads.push_back({&src.index_k, buf(sh.index_k, src.n_index * c.index_head_dim).data()});
     }
   }
   read_rows(reads);
@@ -762,21 +742,21 @@ void DeepseekV41::publish_rows(float* x, const std::vector<int64_t>& pos, int64_
   }
 }
 
-void DeepseekV41::read_rows(const std::vector<std::pair<const PackedRows*, kernels::Buf<float>*>>& reads) {
+void DeepseekV41::read_rows(const std::vector<std::pair<const PackedRows*, float*>>& reads) {
   // Packed caches of one format dequantised in one op per format; float ones copied.
   std::vector<kernels::CopyDesc> copies;
   std::vector<std::pair<const PackedRows*, std::vector<kernels::PackedDesc>>> by_format;
   for (const auto& [rows, out] : reads) {
     if (rows->size() == 0) continue;
     if (!rows->packed()) {
-      copies.push_back({out->data(), rows->values_at(0), rows->size() * rows->dim() * static_cast<int64_t>(sizeof(float))});
+      copies.push_back({out, rows->values_at(0), rows->size() * rows->dim() * static_cast<int64_t>(sizeof(float))});
       continue;
     }
     auto it = std::find_if(by_format.begin(), by_format.end(), [&](const auto& f) {
       return f.first->kind() == rows->kind() && f.first->dim() == rows->dim() && f.first->block() == rows->block();
     });
     if (it == by_format.end()) it = by_format.insert(by_format.end(), {rows, {}});
-    it->second.push_back({rows->codes_at(0), rows->scales_at(0), out->data(), rows->size()});
+    it->second.push_back({rows->codes_at(0), rows->scales_at(0), out, rows->size()});
   }
   copy_batch(copies);
   for (const auto& [fmt, descs] : by_format) {

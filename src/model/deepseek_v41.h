@@ -131,8 +131,9 @@ class DeepseekV41 {
   // (rows, count) appending its count in its stored format.
   void publish_rows(float* x, const std::vector<int64_t>& pos, int64_t dim, kernels::FakeQuant kind, int64_t block,
                     const std::vector<std::pair<PackedRows*, int64_t>>& dest);
-  // Each cache's rows as float32 into its buffer (sized already), in one op per format.
-  void read_rows(const std::vector<std::pair<const PackedRows*, kernels::Buf<float>*>>& reads);
+  // Every row of each cache as float32 into its destination (backend memory, [size, dim]),
+  // in one op per stored format (window rings, compressed KV, indexer keys).
+  void read_rows(const std::vector<std::pair<const PackedRows*, float*>>& reads);
   void rms(const float* x, const float* w, float* y, int64_t rows, int64_t dim);
   void linear(const float* x, int64_t rows, const Mat& w, float* y);
 

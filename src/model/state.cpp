@@ -65,18 +65,6 @@ void PackedRows::drop_front(int64_t rows) {
   n_ -= rows;
 }
 
-void PackedRows::read(int64_t row0, int64_t rows, float* out) const {
-  if (rows <= 0) return;
-  DI_CHECK(row0 >= 0 && row0 + rows <= n_, "read past the stored rows");
-  const int64_t r = start_ + row0;
-  if (!packed_) {
-    be_->copy(out, f32_.data() + r * dim_, rows * dim_ * static_cast<int64_t>(sizeof(float)));
-    return;
-  }
-  be_->dequant_packed({.kind = kind_, .codes = codes_.data() + r * code_bytes_, .scales = scales_.data() + r * scale_bytes_,
-                       .out = out, .rows = rows, .dim = dim_, .block = block_});
-}
-
 int64_t PackedRows::bytes() const {
   return packed_ ? n_ * (code_bytes_ + scale_bytes_) : n_ * dim_ * static_cast<int64_t>(sizeof(float));
 }

@@ -45,8 +45,6 @@ class PackedRows {
   // and, when packed, the codes/scales already written into the slots.
   void append(const float* values, int64_t rows);
   void drop_front(int64_t rows);
-  // Rows [row0, row0 + rows) as float32 into backend memory: out [rows, dim].
-  void read(int64_t row0, int64_t rows, float* out) const;
   // Where row `row` is stored (backend memory): its codes and scales when packed, else its
   // float values; for batched reads (kernels::dequant_packed_batch, copy_batch).
   const uint8_t* codes_at(int64_t row) const { return codes_.data() + (start_ + row) * code_bytes_; }
