@@ -95,6 +95,50 @@ void grouped_experts() {
 }
 }  // namespace
 
+// Sampling on the GPU over the released vocabulary (129280 ids): greedy rows, and rows drawn
+// with temperature 1 alone, with temperature 1, top-k 50, top-p 0.9 (peaked logits: top-p's shared-memory sort) and
+// temperature 1, top-p 0.95 alone (flat logits: the bisection path). Bytes: the logits read once.
+void sampling() {
+  auto be = make_cuda_backend(0);
+  const int64_t V = 129280;
+  for (int64_t rows : {1, 64, 256}) {
+    std::vector<float> h(static_cast<size_t>(rows * V));
+    uint32_t st = 7;
+    for (auto& v : h) {
+      st = st * 1664525u + 1013904223u;
+      v = static_cast<float>(st >> 8) / 16777216.0f * 8.0f;
+    }
+    float* x = nullptr;
+    cudaMalloc(&x, h.size() * sizeof(float));
+    cudaMemcpy(x, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice);
+    int32_t* ids = dalloc<int32_t>(static_cast<size_t>(rows), 0);
+    struct Case {
+      const char* name;
+      DrawParams p;
+      float scale;
+    };
+    DrawParams top{.temperature = 1.0f, .top_k = 50, .top_p = 0.9f, .u = 0.5};
+    DrawParams flat{.temperature = 1.0f, .top_p = 0.95f, .u = 0.5};
+    DrawParams plain{.temperature = 1.0f, .u = 0.5};
+    for (const Case& c : {Case{"greedy              ", DrawParams{}, 8.0f}, Case{"T1                  ", plain, 8.0f},
+                          Case{"T1 top-k 50 top-p .9", top, 8.0f},
+                          Case{"T1 top-p .95, flat  ", flat, 0.01f}}) {
+      std::vector<float> hs(h);
+      for (auto& v : hs) v *= c.scale / 8.0f;
+      cudaMemcpy(x, hs.data(), hs.size() * sizeof(float), cudaMemcpyHostToDevice);
+      DrawParams* dp = dalloc<DrawParams>(static_cast<size_t>(rows), c.p);
+      const double ms = time_ms(*be, [&] { be->sample_rows({.x = x, .params = dp, .ids = ids, .rows = rows, .cols = V}); }, 10);
+      const double bytes = static_cast<double>(rows * V * 4);
+      std::printf("sample_rows %s %4lld rows x %lld: %8.3f ms = %6.1f us per row, %5.0f GB/s (%4.1f%% of bandwidth for one read of the logits)\n",
+                  c.name, static_cast<long long>(rows), static_cast<long long>(V), ms, ms * 1e3 / static_cast<double>(rows),
+                  bytes / ms / 1e6, 100.0 * bytes / (ms * 1e-3) / kBw);
+      cudaFree(dp);
+    }
+    cudaFree(x);
+    cudaFree(ids);
+  }
+}
+
 int main() {
   auto be = make_cuda_backend(0);
   std::printf("limits: copy bandwidth %.2f TB/s, fp32 SIMT %.0f TFLOP/s (datasheet)\n", kBw / 1e12, kFp32 / 1e12);
@@ -238,5 +282,6 @@ int main() {
     for (void* p : {static_cast<void*>(sc), static_cast<void*>(rs), static_cast<void*>(sel), static_cast<void*>(qp)}) cudaFree(p);
   }
   grouped_experts();
+  sampling();
   return 0;
 }

@@ -34,8 +34,8 @@ struct EngineConfig {
   double memory_fraction = 0.0;            // alternative: this fraction of physical RAM (CPU) or of the GPU
                                            // memory free after loading (CUDA); 0 = unused
   bool exact_prefill = false;              // true: every layer on every prompt row (no CED replay)
-  bool greedy_on_backend = true;           // greedy requests' tokens as the backend's argmax (only the
-                                           // ids leave the GPU; the same tokens as the sampler's)
+  bool sample_on_backend = true;           // tokens drawn on the backend where nothing precedes the draw
+                                           // (no logprobs, penalties, grammar): only ids leave the GPU
 };
 
 struct Prompt {

@@ -31,7 +31,7 @@ struct LLM::Impl {
     if (o.memory_budget_bytes <= 0 && cfg.memory_fraction > 0)  // of RAM, or of free GPU memory after loading
       o.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(lm.model->backend().memory_available()) * cfg.memory_fraction);
     o.seed = cfg.seed;
-    o.greedy_on_backend = cfg.greedy_on_backend;
+    o.sample_on_backend = cfg.sample_on_backend;
     o.on_text = on_text;
     o.grammars = grammars;
     engine::Engine eng(*lm.model, lm.tokenizer.get(), o);

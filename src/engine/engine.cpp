@@ -2,15 +2,29 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/matcher.h"
 #include "runner/model_runner.h"
+#include "sample/rng.h"
 #include "tokenizer/detokenizer.h"
 
 namespace deepinfer::engine {
+
+kernels::DrawParams draw_params(const SamplingParams& p, uint64_t seed, uint64_t step, uint64_t stream) {
+  kernels::DrawParams d;
+  if (p.temperature < sample::kGreedyTemperature) return d;
+  d.temperature = p.temperature;
+  d.top_k = p.top_k > 0 ? p.top_k : 0;
+  d.top_p = p.top_p;
+  if (p.min_p > 0.0f) d.log_min_p = std::log(static_cast<double>(p.min_p));
+  d.u = sample::draw_uniform(seed, step, stream);
+  return d;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -149,17 +163,18 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
     }
   };
 
-  // A row whose next token is the argmax of its raw logits: the sampler's greedy path with
-  // nothing that changes the logits first (no penalties, mask, pending min_tokens) and no
-  // logprobs to report.
-  const auto greedy_on_backend = [&](const sched::Sequence& s) {
-    if (!opts_.greedy_on_backend) return false;
+  // A row the backend can draw: nothing changes its logits before the sampler's draw (no
+  // penalties, mask, pending min_tokens) and no logprobs to report. The uniform is the one the
+  // sampler would use for this token (the request's seed, output position and completion).
+  const auto draw_on_backend = [&](const sched::Sequence& s) -> std::optional<kernels::DrawParams> {
+    if (!opts_.sample_on_backend) return std::nullopt;
     const Live& L = *live[s.request];
     const Completion& c = *L.comps[static_cast<size_t>(s.completion)];
     const SamplingParams& p = L.req.params;
-    return p.temperature < sample::kGreedyTemperature && !p.logprobs && p.repetition_penalty == 1.0f &&
-           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && !c.matcher &&
-           static_cast<int64_t>(c.out.token_ids.size()) >= p.min_tokens;
+    if (p.logprobs || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+        c.matcher || static_cast<int64_t>(c.out.token_ids.size()) < p.min_tokens)
+      return std::nullopt;
+    return draw_params(p, c.seed, static_cast<uint64_t>(s.generated()), static_cast<uint64_t>(s.completion));
   };
   std::vector<sample::SampleRequest> sreqs;
   std::vector<sample::SampleResult> sres;
@@ -174,12 +189,12 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
     ++times_.steps;
 
     t0 = Clock::now();
-    runner::StepOutput so = runner.run(plan, greedy_on_backend);
+    runner::StepOutput so = runner.run(plan, draw_on_backend);
     times_.model_s += since(t0);
 
     t0 = Clock::now();
     const size_t m = so.sampled.size();
-    // Rows the sampler draws (the rest came back as the backend's greedy tokens).
+    // Rows the sampler draws (the rest came back as the backend's tokens).
     std::vector<size_t> drawn;
     for (size_t i = 0; i < m; ++i)
       if (so.token[i] < 0) drawn.push_back(i);

@@ -32,16 +32,22 @@ class GrammarCache;
 
 namespace deepinfer::engine {
 
+// The backend's draw for params (temperature, top-k, top-p, min-p; the rest must not apply) and
+// the uniform the sampler would use for (seed, step, stream): kernels::DrawParams.
+kernels::DrawParams draw_params(const SamplingParams& p, uint64_t seed, uint64_t step, uint64_t stream);
+
 struct EngineOptions {
   sched::SchedulerConfig sched;
   int64_t memory_budget_bytes = 0;  // state cache budget; <= 0 unlimited
   uint64_t seed = 0;                // seed of requests whose params have none
   int sampler_threads = 1;
-  // Greedy rows (temperature ~0, no logprobs, penalties, structured output or pending
-  // min_tokens) take the backend's argmax: only the token comes back, no logits row. The
-  // token is the one the sampler would pick (the same tie and NaN rules); false: every row
-  // through the sampler.
-  bool greedy_on_backend = true;
+  // Rows with nothing to apply before the draw (no logprobs, penalties, structured output or
+  // pending min_tokens) are drawn on the backend (kernels::DrawParams: greedy, temperature,
+  // top-k, top-p, min-p, with the request's seeded uniform from the host): only the token
+  // comes back, no logits row. The CPU backend draws exactly the sampler's token; CUDA sums
+  // in another fixed order (a token can differ only where a cumulative weight lands within
+  // rounding of the target). false: every row through the sampler.
+  bool sample_on_backend = true;
   // Optional: each completion's newly decoded text as it is generated (request, completion, text).
   std::function<void(size_t, int, const std::string&)> on_text;
   // Optional: compiled structured-output grammars shared across runs (created on first use).

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -328,11 +329,28 @@ struct DequantPackedArgs {
   int64_t rows = 0, dim = 0, block = 32;
 };
 
-// Greedy sampling on the backend: per row, the id of the largest value, ties to the lowest id,
-// NaN counted as -inf (a row with nothing finite gives 0): the CPU sampler's greedy rule.
-struct ArgmaxArgs {
-  const float* x = nullptr;  // [rows, cols] fp32
-  int32_t* ids = nullptr;    // [rows]
+// How the backend draws one row's token: the sampler's steps (3)-(5) (sample/sampler.h) for a
+// row that nothing changed before them (no penalties, mask, pending min_tokens, logprobs).
+// temperature < 1e-5: greedy, the largest value with ties to the lowest id (NaN counted as -inf,
+// nothing finite: 0). Otherwise x = value / temperature in fp64 (+inf values share the mass
+// equally), min-p keeps x - max >= log_min_p, top-k (0 < top_k < cols) keeps x >= the k-th
+// largest, top-p (< 1) keeps the tokens ranked (weight descending, id ascending) while the mass
+// ranked before them is < top_p * total, and the draw is the inverse CDF at u * total in
+// ascending id order. u and log(min_p) come from the host (the request's seeded RNG), so the
+// backend needs no RNG and no log.
+struct DrawParams {
+  float temperature = 0.0f;
+  int32_t top_k = 0;                // 0 or >= cols: off
+  float top_p = 1.0f;               // >= 1: off
+  double log_min_p = -std::numeric_limits<double>::infinity();  // log(min_p); -inf: off
+  double u = 0.0;                   // uniform in [0, 1)
+};
+
+// Sampling on the backend: one token per row, only the ids come back.
+struct SampleRowsArgs {
+  const float* x = nullptr;              // [rows, cols] fp32 raw logits
+  const DrawParams* params = nullptr;    // [rows] backend memory; null: every row greedy
+  int32_t* ids = nullptr;                // [rows]
   int64_t rows = 0, cols = 0;
 };
 
@@ -380,7 +398,7 @@ class Backend {
   virtual void copy_batch(const CopyBatchArgs& a) = 0;
   virtual void dequant_packed_batch(const DequantPackedBatchArgs& a) = 0;
   virtual void moe_permute(const MoePermuteArgs& a) = 0;
-  virtual void argmax_rows(const ArgmaxArgs& a) = 0;
+  virtual void sample_rows(const SampleRowsArgs& a) = 0;
   // Default: the offsets read back to the host, then one matmul per expert with rows.
   virtual void grouped_matmul(const GroupedMatmulArgs& a);
   virtual Precision precision() const { return Precision::kFloat32; }

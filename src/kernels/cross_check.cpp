@@ -62,7 +62,7 @@ class Forwarding : public Backend {
   DI_FORWARD(copy_batch, CopyBatchArgs)
   DI_FORWARD(dequant_packed_batch, DequantPackedBatchArgs)
   DI_FORWARD(moe_permute, MoePermuteArgs)
-  DI_FORWARD(argmax_rows, ArgmaxArgs)
+  DI_FORWARD(sample_rows, SampleRowsArgs)
   DI_FORWARD(grouped_matmul, GroupedMatmulArgs)
 #undef DI_FORWARD
 
@@ -164,12 +164,13 @@ class CrossCheck final : public Forwarding {
                         diff(slot, get(a.slot_row, R)) + diff(pw, get(a.perm_weight, R));
     report("moe_permute", bad, a.experts + 1 + 3 * R);
   }
-  void argmax_rows(const ArgmaxArgs& a) override {
-    d_->argmax_rows(a);
+  void sample_rows(const SampleRowsArgs& a) override {
+    d_->sample_rows(a);
     std::vector<float> x = get(a.x, a.rows * a.cols);
+    std::vector<DrawParams> p = a.params ? get(a.params, a.rows) : std::vector<DrawParams>(static_cast<size_t>(a.rows));
     std::vector<int32_t> ids(static_cast<size_t>(a.rows));
-    c_->argmax_rows({.x = x.data(), .ids = ids.data(), .rows = a.rows, .cols = a.cols});
-    report("argmax_rows", diff(ids, get(a.ids, a.rows)), a.rows);
+    c_->sample_rows({.x = x.data(), .params = p.data(), .ids = ids.data(), .rows = a.rows, .cols = a.cols});
+    report("sample_rows", diff(ids, get(a.ids, a.rows)), a.rows);
   }
   void candidate_blocks(const CandidateBlocksArgs& a) override {
     d_->candidate_blocks(a);

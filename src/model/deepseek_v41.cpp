@@ -415,21 +415,24 @@ void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
   std::vector<int32_t> out_rows;
   std::vector<float*> out_ptrs;       // where each row's logits go (null: not wanted)
-  std::vector<int32_t*> argmax_ptrs;  // where each row's greedy token goes (null: not wanted)
+  std::vector<int32_t*> token_ptrs;  // where each row's drawn token goes (null: not wanted)
+  std::vector<kernels::DrawParams> draws;
   for (size_t q = 0; q < batch.size(); ++q) {
     const SeqChunk& ch = batch[q];
-    DI_CHECK(!(ch.argmax && ch.all_logits), "a greedy token is for the last row only");
-    if ((!ch.logits && !ch.argmax) || s.rows[q] == 0) continue;
+    DI_CHECK(!(ch.token && ch.all_logits), "a drawn token is for the last row only");
+    if ((!ch.logits && !ch.token) || s.rows[q] == 0) continue;
     if (ch.all_logits) {
       for (int64_t i = 0; i < s.rows[q]; ++i) {
         out_rows.push_back(static_cast<int32_t>(s.row0[q] + i));
         out_ptrs.push_back(ch.logits + i * V);
-        argmax_ptrs.push_back(nullptr);
+        token_ptrs.push_back(nullptr);
+        draws.emplace_back();
       }
     } else {
       out_rows.push_back(static_cast<int32_t>(s.row0[q] + s.rows[q] - 1));
       out_ptrs.push_back(ch.logits);
-      argmax_ptrs.push_back(ch.argmax);
+      token_ptrs.push_back(ch.token);
+      draws.push_back(ch.draw);
     }
   }
   const int64_t m = static_cast<int64_t>(out_rows.size());
@@ -446,12 +449,14 @@ void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
   rms(xc.data(), w_.norm, xn.data(), m, D);
   kernels::Buf<float> lg(be_, m * V);
   linear(xn.data(), m, w_.head, lg.data());
-  if (std::any_of(argmax_ptrs.begin(), argmax_ptrs.end(), [](const int32_t* p) { return p != nullptr; })) {
+  if (std::any_of(token_ptrs.begin(), token_ptrs.end(), [](const int32_t* p) { return p != nullptr; })) {
     kernels::Buf<int32_t> ids(be_, m);
-    be_.argmax_rows({.x = lg.data(), .ids = ids.data(), .rows = m, .cols = V});
+    kernels::Buf<kernels::DrawParams> d_draws(be_);
+    d_draws.upload(draws);
+    be_.sample_rows({.x = lg.data(), .params = d_draws.data(), .ids = ids.data(), .rows = m, .cols = V});
     const std::vector<int32_t> h = ids.download();
     for (int64_t i = 0; i < m; ++i)
-      if (argmax_ptrs[static_cast<size_t>(i)]) *argmax_ptrs[static_cast<size_t>(i)] = h[static_cast<size_t>(i)];
+      if (token_ptrs[static_cast<size_t>(i)]) *token_ptrs[static_cast<size_t>(i)] = h[static_cast<size_t>(i)];
   }
   // Consecutive output rows usually land in one caller buffer: download runs of them at once.
   for (int64_t i = 0; i < m;) {

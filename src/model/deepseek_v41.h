@@ -66,9 +66,11 @@ class DeepseekV41 {
     int64_t replay_from = 0;
     bool all_logits = false;  // logits of every row (needs replay_from == 0), else the last row
     float* logits = nullptr;  // [n or 1, vocab] fp32, or null for none
-    // Host: the last row's greedy token (argmax, ties to the lowest id) computed on the
-    // backend, so only the id comes back; with or without `logits` (not with all_logits).
-    int32_t* argmax = nullptr;
+    // Host: the last row's token drawn on the backend by `draw` (greedy, or temperature,
+    // top-k, top-p, min-p with the host's uniform), so only the id comes back; with or
+    // without `logits` (not with all_logits).
+    int32_t* token = nullptr;
+    kernels::DrawParams draw{};
   };
 
   // Runs several sequences' chunks in one pass: every matrix product covers all rows, the

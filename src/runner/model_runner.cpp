@@ -2,16 +2,18 @@
 
 namespace deepinfer::runner {
 
-StepOutput ModelRunner::run(const sched::StepPlan& plan, const std::function<bool(const sched::Sequence&)>& greedy_on_backend) {
+StepOutput ModelRunner::run(const sched::StepPlan& plan, const DrawOnBackend& draw_on_backend) {
   StepOutput out;
   const int64_t V = model_.config().vocab_size;
   int64_t n_logits = 0;
+  std::vector<kernels::DrawParams> draws;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     if (!plan.chunks[i].sample) continue;
     out.sampled.push_back(i);
-    const bool greedy = greedy_on_backend && greedy_on_backend(*plan.chunks[i].seq);
-    out.token.push_back(greedy ? 0 : -1);
-    out.logits_row.push_back(greedy ? -1 : n_logits++);
+    const std::optional<kernels::DrawParams> d = draw_on_backend ? draw_on_backend(*plan.chunks[i].seq) : std::nullopt;
+    out.token.push_back(d ? 0 : -1);
+    out.logits_row.push_back(d ? -1 : n_logits++);
+    draws.push_back(d.value_or(kernels::DrawParams{}));
   }
   out.logits.resize(static_cast<size_t>(n_logits * V));
   std::vector<model::DeepseekV41::SeqChunk> chunks;
@@ -26,7 +28,10 @@ StepOutput ModelRunner::run(const sched::StepPlan& plan, const std::function<boo
     ch.all_logits = false;
     if (c.sample) {
       if (out.logits_row[k] >= 0) ch.logits = out.logits.data() + out.logits_row[k] * V;
-      else ch.argmax = &out.token[k];
+      else {
+        ch.token = &out.token[k];
+        ch.draw = draws[k];
+      }
       ++k;
     }
     chunks.push_back(ch);

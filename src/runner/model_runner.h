@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "cache/state_cache.h"
@@ -20,8 +21,8 @@ namespace deepinfer::runner {
 
 struct StepOutput {
   std::vector<size_t> sampled;  // indices into plan.chunks that reach their sequence's end
-  // Per sampled row: the greedy token the backend computed (>= 0; no logits came back), or -1
-  // with its logits at row logits_row[i] of `logits`.
+  // Per sampled row: the token the backend drew (>= 0; no logits came back), or -1 with its
+  // logits at row logits_row[i] of `logits`.
   std::vector<int32_t> token;
   std::vector<int64_t> logits_row;
   std::vector<float> logits;    // [rows with token -1, vocab] fp32
@@ -30,10 +31,11 @@ struct StepOutput {
 class ModelRunner {
  public:
   ModelRunner(model::DeepseekV41& model, cache::StateCache& cache) : model_(model), cache_(cache) {}
-  // greedy_on_backend(seq): true when seq's next token is the argmax of its raw logits (the
-  // sampler would draw exactly that): then only the token comes back from the backend.
-  StepOutput run(const sched::StepPlan& plan,
-                 const std::function<bool(const sched::Sequence&)>& greedy_on_backend = nullptr);
+  // draw_on_backend(seq): how the backend draws seq's next token from its raw logits (the
+  // sampler's rule for a row with no penalties, mask or logprobs), or nullopt for the row's
+  // logits: then only the token comes back from the backend.
+  using DrawOnBackend = std::function<std::optional<kernels::DrawParams>(const sched::Sequence&)>;
+  StepOutput run(const sched::StepPlan& plan, const DrawOnBackend& draw_on_backend = nullptr);
   int64_t vocab_size() const { return model_.config().vocab_size; }
 
  private:

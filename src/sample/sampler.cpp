@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/thread_pool.h"
 #include "sample/penalties.h"
 #include "sample/rng.h"
@@ -165,19 +166,7 @@ int32_t filter(const SampleRequest& r, Workspace& ws) {
 
 // (5) inverse CDF in ascending id order.
 int32_t draw(const SampleRequest& r, const double* w, int64_t vocab) {
-  double total = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) total += w[i];
-  const double target = draw_uniform(r.seed, r.step, r.stream) * total;
-  double cum = 0.0;
-  int64_t last = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (w[i] > 0.0) {
-      cum += w[i];
-      last = i;
-      if (cum > target) return static_cast<int32_t>(i);
-    }
-  }
-  return static_cast<int32_t>(last);  // rounding left target == total: the last kept token
+  return static_cast<int32_t>(core::inverse_cdf(w, vocab, draw_uniform(r.seed, r.step, r.stream)));
 }
 
 TokenLogprob make_logprob(const SampleRequest& r, int32_t token, Workspace& ws) {

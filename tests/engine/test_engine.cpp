@@ -261,10 +261,11 @@ TEST(Engine, MemoryFractionBudgetsTheBackendsMemory) {
 
 class EngineOnDevice : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(EngineOnDevice, GreedyRowsOnTheBackendGiveTheSamplersTokens) {
-  // Greedy requests whose token is the raw argmax take it from the backend (only the id comes
-  // back); the rest (logprobs, penalties, pending min_tokens, sampling) go through the sampler.
-  // Either way every output equals the all-sampler run's.
+TEST_P(EngineOnDevice, RowsDrawnOnTheBackendGiveTheSamplersTokens) {
+  // Greedy and sampled requests (temperature, top-k, top-p, min-p) with nothing before the draw
+  // take their token from the backend (only the id comes back); the rest (logprobs, penalties,
+  // pending min_tokens) go through the sampler. Either way every output equals the all-sampler
+  // run's.
   std::vector<Prompt> prompts;
   std::vector<SamplingParams> params;
   for (int i = 0; i < 12; ++i) {
@@ -282,17 +283,23 @@ TEST_P(EngineOnDevice, GreedyRowsOnTheBackendGiveTheSamplersTokens) {
       p.temperature = 0.8f;
       p.seed = 7;
     }
+    if (i % 6 == 5) {
+      p.temperature = 1.3f;
+      p.top_k = 50;
+      p.top_p = 0.9f;
+      p.min_p = 0.02f;
+    }
     params.push_back(p);
   }
   EngineConfig c = random_config();
   c.device = GetParam();
-  c.greedy_on_backend = false;
+  c.sample_on_backend = false;
   std::vector<RequestOutput> ref, got;
   {
     LLM llm(c);
     ref = llm.generate(prompts, params);
   }
-  c.greedy_on_backend = true;
+  c.sample_on_backend = true;
   {
     LLM llm(c);
     got = llm.generate(prompts, params);

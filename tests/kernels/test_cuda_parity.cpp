@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "engine/draw_cases.h"
 #include "kernels/cuda_test_util.h"
 #include "model/quantize.h"
 
@@ -446,7 +447,7 @@ TEST_P(Parity, DequantPacked) {
 // The memory API: stream-ordered alloc/release, uploads through the pinned staging ring
 // (sources reused at once, more bytes than the ring, one upload larger than the ring), copy,
 // zero, ordering with ops, download.
-TEST(CudaSelect, ArgmaxIsTheCpusGreedyRule) {
+TEST(CudaSelect, GreedyDrawIsTheCpusArgmaxRule) {
   // Vocabulary-wide rows (the released 129280) with planted ties, NaN and all -inf rows.
   Backends b;
   const int64_t rows = 6, V = 129280;
@@ -460,7 +461,7 @@ TEST(CudaSelect, ArgmaxIsTheCpusGreedyRule) {
   x[3 * V + 18] = inf;
   x[4 * V + 129279] = 1e30f;                        // the last id
   std::vector<int32_t> cpu(rows);
-  b.cpu->argmax_rows({.x = x.data(), .ids = cpu.data(), .rows = rows, .cols = V});
+  b.cpu->sample_rows({.x = x.data(), .ids = cpu.data(), .rows = rows, .cols = V});
   EXPECT_EQ(cpu[0], 70000);
   EXPECT_EQ(cpu[1], 129279);
   EXPECT_EQ(cpu[2], 0);
@@ -468,9 +469,50 @@ TEST(CudaSelect, ArgmaxIsTheCpusGreedyRule) {
   EXPECT_EQ(cpu[4], 129279);
   Dev<float> dx(x);
   Dev<int32_t> dids(static_cast<size_t>(rows));
-  b.gpu->argmax_rows({.x = dx.p, .ids = dids.p, .rows = rows, .cols = V});
+  b.gpu->sample_rows({.x = dx.p, .ids = dids.p, .rows = rows, .cols = V});
   b.gpu->synchronize();
   EXPECT_EQ(dids.get(), cpu);
+}
+
+TEST(CudaSelect, DrawsAreTheCpuBackendsTokens) {
+  // Every row kind of draw_cases.h at the released vocabulary under the whole params grid: the
+  // GPU's tokens equal the CPU backend's (which are the sampler's, test_backend_draw.cpp).
+  // A row's token is also the same alone as in its batch.
+  Backends b;
+  const int64_t rows = 16, V = 129280;
+  const auto x = deepinfer::testing::draw_rows(rows, V, 5);
+  const auto grid = deepinfer::testing::draw_param_grid();
+  Dev<float> dx(x);
+  int64_t checked = 0, differ = 0;
+  for (size_t c0 = 0; c0 < grid.size(); c0 += 3) {
+    std::vector<DrawParams> dp(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t c = (c0 + static_cast<size_t>(r)) % grid.size();
+      dp[static_cast<size_t>(r)] = deepinfer::testing::draw_case(grid[c], c);
+    }
+    std::vector<int32_t> cpu(static_cast<size_t>(rows));
+    b.cpu->sample_rows({.x = x.data(), .params = dp.data(), .ids = cpu.data(), .rows = rows, .cols = V});
+    Dev<DrawParams> dparams(dp);
+    Dev<int32_t> dids(static_cast<size_t>(rows)), one(1);
+    b.gpu->sample_rows({.x = dx.p, .params = dparams.p, .ids = dids.p, .rows = rows, .cols = V});
+    const int64_t r1 = static_cast<int64_t>(c0 / 3) % rows;  // one row alone
+    b.gpu->sample_rows({.x = dx.p + r1 * V, .params = dparams.p + r1, .ids = one.p, .rows = 1, .cols = V});
+    b.gpu->synchronize();
+    const auto gpu = dids.get();
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t c = (c0 + static_cast<size_t>(r)) % grid.size();
+      ++checked;
+      if (gpu[static_cast<size_t>(r)] != cpu[static_cast<size_t>(r)]) {
+        ++differ;
+        ADD_FAILURE() << "row " << r << " (kind " << r % 8 << "), case " << c << ": T " << grid[c].temperature
+                      << " top_k " << grid[c].top_k << " top_p " << grid[c].top_p << " min_p " << grid[c].min_p
+                      << ": GPU " << gpu[static_cast<size_t>(r)] << ", CPU " << cpu[static_cast<size_t>(r)];
+      }
+    }
+    EXPECT_EQ(one.get()[0], gpu[static_cast<size_t>(r1)]) << "row " << r1 << " alone";
+  }
+  std::printf("[draws] %lld rows drawn, %lld differ from the CPU backend\n", static_cast<long long>(checked),
+              static_cast<long long>(differ));
 }
 
 TEST(CudaMemory, RoundTrip) {

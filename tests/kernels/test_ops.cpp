@@ -217,13 +217,18 @@ TEST(Ops, GroupedProductStridesDefaultToTheColumnsItTouches) {
   EXPECT_EQ(y, ref);
 }
 
-TEST(Ops, ArgmaxIsTheSamplersGreedyRule) {
+TEST(Ops, GreedyDrawIsTheSamplersArgmaxRule) {
   auto be = kernels::make_cpu_backend(1);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  // ties to the lower id; NaN as -inf; nothing finite -> 0; +inf wins.
+  // ties to the lower id; NaN as -inf; nothing finite -> 0; +inf wins. No params: greedy.
   std::vector<float> x = {1, 3, 3, 2, nan, 0.5f, nan, -1, -kInf, nan, -kInf, -kInf, 0, kInf, 5, kInf};
   std::vector<int32_t> ids(4, -1);
-  be->argmax_rows({.x = x.data(), .ids = ids.data(), .rows = 4, .cols = 4});
+  be->sample_rows({.x = x.data(), .ids = ids.data(), .rows = 4, .cols = 4});
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 1, 0, 1}));
+  std::vector<kernels::DrawParams> greedy(4);
+  greedy[1].top_k = 1;  // ignored at temperature 0
+  ids.assign(4, -1);
+  be->sample_rows({.x = x.data(), .params = greedy.data(), .ids = ids.data(), .rows = 4, .cols = 4});
   EXPECT_EQ(ids, (std::vector<int32_t>{1, 1, 0, 1}));
 }
 

@@ -75,7 +75,7 @@ class CpuBackend final : public Backend {
   void gather_rows(const GatherRowsArgs& a) override { cpu::gather_rows(pool_, a); }
   void moe_combine(const MoeCombineArgs& a) override { cpu::moe_combine(pool_, a); }
   void moe_permute(const MoePermuteArgs& a) override { cpu::moe_permute(pool_, a); }
-  void argmax_rows(const ArgmaxArgs& a) override { cpu::argmax_rows(pool_, a); }
+  void sample_rows(const SampleRowsArgs& a) override { cpu::sample_rows(pool_, a); }
   void dequant_packed(const DequantPackedArgs& a) override { cpu::dequant_packed(pool_, a); }
   void fill_random(const RandomFillArgs& a) override { cpu::fill_random(pool_, a); }
   void copy_batch(const CopyBatchArgs& a) override { cpu::copy_batch(pool_, a); }

@@ -36,7 +36,7 @@ void scale(core::ThreadPool& pool, const ScaleArgs& a);
 void gather_rows(core::ThreadPool& pool, const GatherRowsArgs& a);
 void moe_combine(core::ThreadPool& pool, const MoeCombineArgs& a);
 void moe_permute(core::ThreadPool& pool, const MoePermuteArgs& a);
-void argmax_rows(core::ThreadPool& pool, const ArgmaxArgs& a);
+void sample_rows(core::ThreadPool& pool, const SampleRowsArgs& a);
 void dequant_packed(core::ThreadPool& pool, const DequantPackedArgs& a);
 void fill_random(core::ThreadPool& pool, const RandomFillArgs& a);
 void copy_batch(core::ThreadPool& pool, const CopyBatchArgs& a);

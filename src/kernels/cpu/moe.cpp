@@ -67,20 +67,4 @@ void moe_permute(core::ThreadPool&, const MoePermuteArgs& a) {
   }
 }
 
-void argmax_rows(core::ThreadPool& pool, const ArgmaxArgs& a) {
-  pool.parallel_for(a.rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* x = a.x + r * a.cols;
-      int64_t best = 0;
-      float bv = -INFINITY;
-      for (int64_t c = 0; c < a.cols; ++c)
-        if (x[c] > bv) {  // NaN never compares greater: counted as -inf
-          bv = x[c];
-          best = c;
-        }
-      a.ids[r] = static_cast<int32_t>(best);
-    }
-  }, 1);
-}
-
 }  // namespace deepinfer::kernels::cpu

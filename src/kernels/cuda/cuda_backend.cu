@@ -321,7 +321,11 @@ class CudaBackend final : public Backend {
   void candidate_blocks(const CandidateBlocksArgs& a) override { cuda::candidate_blocks(a, stream_); }
   void topk_mask(const TopkMaskArgs& a) override { cuda::topk_mask(a, stream_); }
   void router(const RouterArgs& a) override { cuda::router(a, stream_); }
-  void argmax_rows(const ArgmaxArgs& a) override { cuda::argmax_rows(a, stream_); }
+  void sample_rows(const SampleRowsArgs& a) override {
+    void* scratch = alloc(cuda::sample_rows_scratch_bytes(a));
+    cuda::sample_rows(a, scratch, stream_);
+    release(scratch);
+  }
   void swiglu(const SwigluArgs& a) override { cuda::swiglu(a, stream_); }
   void engram_gate(const EngramGateArgs& a) override { cuda::engram_gate(a, stream_); }
   void synchronize() override {

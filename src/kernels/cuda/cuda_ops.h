@@ -31,7 +31,9 @@ void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s);
 void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s);
 void topk_mask(const TopkMaskArgs& a, cudaStream_t s);
 void router(const RouterArgs& a, cudaStream_t s);
-void argmax_rows(const ArgmaxArgs& a, cudaStream_t s);
+// scratch: sample_rows_scratch_bytes(a) bytes of device memory (the rows' weights, fp64).
+int64_t sample_rows_scratch_bytes(const SampleRowsArgs& a);
+void sample_rows(const SampleRowsArgs& a, void* scratch, cudaStream_t s);
 void gather_weight_rows(const GatherWeightRowsArgs& a, cudaStream_t s);
 void scale(const ScaleArgs& a, cudaStream_t s);
 void gather_rows(const GatherRowsArgs& a, cudaStream_t s);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/block_select.cuh"
 #include "kernels/cuda/tiling.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -60,113 +61,7 @@ __global__ void candidate_blocks_k(CandidateBlocksArgs a, float* block_scores, u
 // ---------------------------------------------------------------------------------------
 // Top-k selection, a CTA per row.
 
-// Order-preserving key of a score; 0 = never picked (-inf, NaN). -0 and +0 share a key (ties).
-__device__ __forceinline__ uint32_t order_key(float v) {
-  if (!(v > -INFINITY)) return 0u;
-  const uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 constexpr int kSelThreads = 256;
-struct SelShared {
-  int hist[256];
-  int scan[32];
-  int digit, above;
-};
-
-__device__ int64_t block_excl_scan_i(int v, int* scan) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  int incl = v;
-  for (int off = 1; off < 32; off <<= 1) {
-    const int y = __shfl_up_sync(kFull, incl, off);
-    if (lane >= off) incl += y;
-  }
-  __syncthreads();
-  if (lane == 31) scan[w] = incl;
-  __syncthreads();
-  int64_t base = 0;
-  for (int i = 0; i < w; ++i) base += scan[i];
-  return base + incl - v;
-}
-
-// Marks the k largest keys of [0, n) (ties: lower index first; key 0 never), out(j, picked)
-// for every j. blockDim.x: a multiple of 32, at least 32.
-template <class KeyF, class OutF>
-__device__ void block_topk(int64_t n, int64_t k, KeyF key, OutF out, SelShared& sh) {
-  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, T = blockDim.x;
-  if (k <= 0) {
-    for (int64_t j = tid; j < n; j += T) out(j, false);
-    return;
-  }
-  int cnt = 0;
-  for (int64_t j = tid; j < n; j += T) cnt += key(j) != 0u;
-  const int64_t nvalid = block_sum_i(cnt, sh.scan);
-  uint32_t thr = 0u;  // nvalid <= k: every valid key is above 0
-  int64_t need = 0;   // ties at thr to take, lowest index first
-  if (nvalid > k) {
-    uint32_t prefix = 0u, mask = 0u;
-    int64_t remaining = k;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int b = tid; b < 256; b += T) sh.hist[b] = 0;
-      __syncthreads();
-      for (int64_t j = tid; j < n; j += T) {
-        const uint32_t kk = key(j);
-        if (kk != 0u && (kk & mask) == prefix) atomicAdd(&sh.hist[(kk >> shift) & 255u], 1);
-      }
-      __syncthreads();
-      if (w == 0) {  // the digit where the count from the top reaches `remaining`
-        int c[8], local = 0;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          c[i] = sh.hist[255 - (lane * 8 + i)];
-          local += c[i];
-        }
-        int incl = local;
-        for (int off = 1; off < 32; off <<= 1) {
-          const int y = __shfl_up_sync(kFull, incl, off);
-          if (lane >= off) incl += y;
-        }
-        const int excl = incl - local, rem = static_cast<int>(remaining);
-        if (excl < rem && incl >= rem) {
-          int cum = excl;
-          bool found = false;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            if (!found && cum + c[i] >= rem) {
-              sh.digit = 255 - (lane * 8 + i);
-              sh.above = cum;
-              found = true;
-            }
-            cum += c[i];
-          }
-        }
-      }
-      __syncthreads();
-      prefix |= static_cast<uint32_t>(sh.digit) << shift;
-      mask |= 0xFFu << shift;
-      remaining -= sh.above;
-    }
-    thr = prefix;
-    need = remaining;
-  }
-  // Each thread marks a contiguous segment; ties ranked by a block scan in index order.
-  const int64_t seg = (n + T - 1) / T, j0 = min(n, tid * seg), j1 = min(n, j0 + seg);
-  int64_t rank = 0;
-  if (need > 0) {
-    int ties = 0;
-    for (int64_t j = j0; j < j1; ++j) ties += key(j) == thr;
-    rank = block_excl_scan_i(ties, sh.scan);
-  }
-  for (int64_t j = j0; j < j1; ++j) {
-    const uint32_t kk = key(j);
-    bool pick = kk != 0u && kk > thr;
-    if (need > 0 && kk == thr) {
-      pick = rank < need;
-      ++rank;
-    }
-    out(j, pick);
-  }
-}
 
 __global__ void __launch_bounds__(kSelThreads) topk_mask_block_k(TopkMaskArgs a) {
   __shared__ SelShared sh;
@@ -263,55 +158,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
   }
 }
 
-// One block per row: each thread's best over its strided ids (ascending, so its ties keep the
-// lower id), then a block reduction preferring the larger value, then the lower id.
-constexpr int kArgmaxThreads = 256;
-__global__ void argmax_k(ArgmaxArgs a) {
-  const float* x = a.x + static_cast<int64_t>(blockIdx.x) * a.cols;
-  float bv = -INFINITY;
-  int64_t best = -1;  // -1: nothing above -inf seen
-  for (int64_t c = threadIdx.x; c < a.cols; c += kArgmaxThreads)
-    if (x[c] > bv) {
-      bv = x[c];
-      best = c;
-    }
-  auto better = [](float v, int64_t i, float w, int64_t j) { return j < 0 || (i >= 0 && (v > w || (v == w && i < j))); };
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int64_t oi = __shfl_xor_sync(0xffffffffu, best, o);
-    if (better(ov, oi, bv, best)) {
-      bv = ov;
-      best = oi;
-    }
-  }
-  __shared__ float sv[kArgmaxThreads / 32];
-  __shared__ int64_t si[kArgmaxThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) {
-    sv[warp] = bv;
-    si[warp] = best;
-  }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (int w = 1; w < kArgmaxThreads / 32; ++w)
-    if (better(sv[w], si[w], bv, best)) {
-      bv = sv[w];
-      best = si[w];
-    }
-  a.ids[blockIdx.x] = static_cast<int32_t>(best < 0 ? 0 : best);
-}
-
 }  // namespace
-
-void argmax_rows(const ArgmaxArgs& a, cudaStream_t s) {
-  if (a.rows == 0) return;
-  if (a.cols == 0) {
-    DI_CUDA_CHECK(cudaMemsetAsync(a.ids, 0, static_cast<size_t>(a.rows) * sizeof(int32_t), s));
-    return;
-  }
-  argmax_k<<<static_cast<unsigned>(a.rows), kArgmaxThreads, 0, s>>>(a);
-  DI_CUDA_LAUNCHED();
-}
 
 void topk_mask(const TopkMaskArgs& a, cudaStream_t s) {
   if (a.s == 0) return;

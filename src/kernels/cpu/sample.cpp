@@ -1,0 +1,105 @@
+// Sampling on the CPU backend: DrawParams' rule (backend.h), one row at a time.
+//
+// The sums run in ascending id order and top-p ranks the survivors by a full sort, so a row's
+// token is bitwise the one sample::Sampler draws from the same raw row (the sampler ranks only
+// as far as it needs; the ranking and the sums are the same).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace deepinfer::kernels::cpu {
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Greedy: the largest value, ties to the lowest id; NaN never compares greater (counted as
+// -inf), so a row with nothing finite gives 0.
+int32_t argmax_row(const float* x, int64_t n) {
+  int64_t best = 0;
+  float bv = -INFINITY;
+  for (int64_t c = 0; c < n; ++c)
+    if (x[c] > bv) {
+      bv = x[c];
+      best = c;
+    }
+  return static_cast<int32_t>(best);
+}
+
+struct Scratch {
+  std::vector<double> w;                         // [cols] kept weights
+  std::vector<double> xs;                        // finite x, for the k-th largest
+  std::vector<std::pair<double, int32_t>> rank;  // survivors for top-p
+};
+
+int32_t draw_row(const float* l, int64_t n, const DrawParams& p, Scratch& s) {
+  if (n == 0) return 0;
+  if (!(p.temperature >= 1e-5f)) return argmax_row(l, n);
+  const double temp = static_cast<double>(p.temperature);
+  const float lmax = l[argmax_row(l, n)];
+  if (lmax == -INFINITY || std::isnan(lmax)) return 0;
+  const bool inf_mode = lmax == INFINITY;  // +inf values share all the mass equally
+  auto x_of = [&](float v) -> double {
+    if (std::isnan(v)) return kNegInf;
+    if (inf_mode) return v == INFINITY ? 0.0 : kNegInf;
+    return static_cast<double>(v) / temp;
+  };
+  const double m = inf_mode ? 0.0 : static_cast<double>(lmax) / temp;
+
+  // top-k: the k-th largest finite x (min-p keeps an upper set of x, so the k-th largest of
+  // its survivors is this one whenever more than k survive).
+  double kth = kNegInf;
+  if (p.top_k > 0 && p.top_k < n) {
+    s.xs.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = x_of(l[i]);
+      if (x > kNegInf) s.xs.push_back(x);
+    }
+    const auto k = static_cast<size_t>(p.top_k);
+    if (s.xs.size() > k) {
+      std::nth_element(s.xs.begin(), s.xs.begin() + static_cast<std::ptrdiff_t>(k - 1), s.xs.end(), std::greater<>());
+      kth = s.xs[k - 1];
+    }
+  }
+  s.w.resize(static_cast<size_t>(n));
+  double* w = s.w.data();
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = x_of(l[i]);
+    w[i] = x > kNegInf && !(x - m < p.log_min_p) && x >= kth ? std::exp(x - m) : 0.0;
+  }
+
+  if (p.top_p < 1.0f) {
+    double total = 0.0;
+    s.rank.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      total += w[i];
+      if (w[i] > 0.0) s.rank.emplace_back(w[i], static_cast<int32_t>(i));
+    }
+    std::sort(s.rank.begin(), s.rank.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    const double limit = static_cast<double>(p.top_p) * total;
+    double before = 0.0;
+    size_t kept = 0;
+    while (kept < s.rank.size() && before < limit) before += s.rank[kept++].first;
+    for (size_t j = kept; j < s.rank.size(); ++j) w[s.rank[j].second] = 0.0;
+  }
+
+  return static_cast<int32_t>(core::inverse_cdf(w, n, p.u));
+}
+
+}  // namespace
+
+void sample_rows(core::ThreadPool& pool, const SampleRowsArgs& a) {
+  pool.parallel_for(a.rows, [&](int64_t r0, int64_t r1) {
+    Scratch s;
+    for (int64_t r = r0; r < r1; ++r)
+      a.ids[r] = draw_row(a.x + r * a.cols, a.cols, a.params ? a.params[r] : DrawParams{}, s);
+  }, 1);
+}
+
+}  // namespace deepinfer::kernels::cpu

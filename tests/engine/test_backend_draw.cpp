@@ -1,0 +1,78 @@
+// The backend's draw (kernels::DrawParams through Backend::sample_rows) against the sampler:
+// on the CPU backend, every token is the one sample::Sampler draws from the same raw row.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <span>
+#include <vector>
+
+#include "engine/draw_cases.h"
+#include "kernels/backend.h"
+#include "sample/rng.h"
+#include "sample/sampler.h"
+
+using namespace deepinfer;
+
+namespace {
+
+void expect_sampler_tokens(int64_t rows, int64_t vocab, const std::vector<SamplingParams>& grid, size_t stride) {
+  auto be = kernels::make_cpu_backend(2);
+  const std::vector<float> x = deepinfer::testing::draw_rows(rows, vocab, 5);
+  sample::Sampler sampler;
+  int64_t checked = 0, sampled = 0;
+  for (size_t c0 = 0; c0 < grid.size(); c0 += stride) {
+    std::vector<kernels::DrawParams> dp(static_cast<size_t>(rows));
+    std::vector<int32_t> ids(static_cast<size_t>(rows), -1);
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t c = (c0 + static_cast<size_t>(r)) % grid.size();
+      dp[static_cast<size_t>(r)] = deepinfer::testing::draw_case(grid[c], c);
+    }
+    be->sample_rows({.x = x.data(), .params = dp.data(), .ids = ids.data(), .rows = rows, .cols = vocab});
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t c = (c0 + static_cast<size_t>(r)) % grid.size();
+      sample::SampleRequest q;
+      q.logits = std::span<const float>(x.data() + r * vocab, static_cast<size_t>(vocab));
+      q.params = &grid[c];
+      q.seed = 1000 + c;
+      q.step = c % 5;
+      const int32_t want = sampler.sample(q).token;
+      ASSERT_EQ(ids[static_cast<size_t>(r)], want) << "row " << r << " (kind " << r % 8 << "), case " << c << ": T "
+                                                    << grid[c].temperature << " top_k " << grid[c].top_k << " top_p "
+                                                    << grid[c].top_p << " min_p " << grid[c].min_p;
+      ++checked;
+      sampled += grid[c].temperature > 0.0f;
+    }
+  }
+  EXPECT_GT(sampled, checked / 2);
+}
+
+}  // namespace
+
+TEST(BackendDraw, CpuBackendDrawsTheSamplersTokens) {
+  // 2048 rows of 3000 ids: the whole grid against every row kind.
+  expect_sampler_tokens(16, 3000, deepinfer::testing::draw_param_grid(), 1);
+}
+
+TEST(BackendDraw, CpuBackendAtTheReleasedVocabulary) {
+  expect_sampler_tokens(16, 129280, deepinfer::testing::draw_param_grid(), 37);
+}
+
+TEST(BackendDraw, ParamsFromTheSamplingParams) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.top_k = 5;
+  kernels::DrawParams d = engine::draw_params(p, 1, 2, 3);
+  EXPECT_EQ(d.temperature, 0.0f);  // greedy: nothing else matters
+  p.temperature = 0.8f;
+  p.top_k = -1;  // vLLM's off
+  p.top_p = 0.9f;
+  p.min_p = 0.1f;
+  d = engine::draw_params(p, 1, 2, 3);
+  EXPECT_EQ(d.temperature, 0.8f);
+  EXPECT_EQ(d.top_k, 0);
+  EXPECT_EQ(d.top_p, 0.9f);
+  EXPECT_EQ(d.log_min_p, std::log(static_cast<double>(0.1f)));
+  EXPECT_EQ(d.u, sample::draw_uniform(1, 2, 3));
+  p.min_p = 0.0f;
+  EXPECT_EQ(engine::draw_params(p, 1, 2, 3).log_min_p, -INFINITY);
+}
