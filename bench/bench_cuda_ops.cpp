@@ -178,6 +178,7 @@ int main() {
   // (a CTA per query and 32 heads, entry tiles in shared memory) next to the first version
   // (a warp per (query, head); DEEPINFER_CUDA_LEGACY=1), run in the same process.
   std::printf("attention: first-version figures recorded before: S=8 1.226 ms, S=256 6.671 ms (t_comp 4096)\n");
+  auto be16 = make_cuda_backend(0, Precision::kBF16);
   for (int64_t S : {1, 8, 256, 4096}) {
     const int64_t H = 64, hd = 512, tw = 128 + S, tc = 2048;
     float* q = dalloc<float>(static_cast<size_t>(S * H * hd), 0.01f);
@@ -211,6 +212,15 @@ int main() {
                 "version %8.3f ms, %5.2f TFLOP/s | %5.1fx\n",
                 static_cast<long long>(S), ms, flops / ms / 1e9, 100 * flops / ms * 1e3 / kFp32, bytes / ms / 1e6, old_ms,
                 flops / old_ms / 1e9, old_ms / ms);
+    // The bf16 backend's tensor-core kernel on the same arguments.
+    const double mma_ms = time_ms(*be16, [&] {
+      be16->attention({.q = q, .q_pos = qp, .win = win, .win_pos = wp, .comp = comp, .comp_sel = sel, .sink = sink, .out = out,
+                       .s = S, .heads = H, .head_dim = hd, .t_win = tw, .t_comp = tc, .window = 128, .scale = 0.044f});
+    }, S >= 256 ? 10 : 50);
+    std::printf("attention S=%-4lld bf16 tensor cores:                      %8.3f ms, %6.2f TFLOP/s (%2.0f%% of bf16), %5.0f GB/s | %5.1fx "
+                "the float32 kernel\n",
+                static_cast<long long>(S), mma_ms, flops / mma_ms / 1e9, 100 * flops / mma_ms * 1e3 / kBf16, bytes / mma_ms / 1e6,
+                ms / mma_ms);
     for (void* p : {static_cast<void*>(q), static_cast<void*>(win), static_cast<void*>(comp), static_cast<void*>(sink),
                     static_cast<void*>(out), static_cast<void*>(wp), static_cast<void*>(qp), static_cast<void*>(sel)})
       cudaFree(p);

@@ -8,11 +8,17 @@
 // head started from the sink, then acc += P·V_tile (V = K: the same tile). Float32 FMA
 // throughout. The visible entries split at fixed segments, combined afterwards. The first
 // version (a warp per (query, head)) stays as the fallback for shapes the tiled kernel does
-// not cover (DEEPINFER_CUDA_LEGACY=1 forces it).
+// not cover (DEEPINFER_CUDA_LEGACY=1 forces it). On a bf16 backend the same CTA structure runs
+// on the tensor cores (attention_mma_k: bf16 mma.sync, float32 softmax and accumulation).
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/tiling.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -41,6 +47,16 @@ __device__ inline QueryEntries entries_of(const AttentionArgs& a, int64_t t) {
             e.t_comp};
   }
   return {a.win, a.win_pos, a.comp, (a.comp && a.comp_sel) ? a.comp_sel + t * a.t_comp : nullptr, a.t_win, a.t_comp};
+}
+
+// Whether candidate c (window entries first, then compressed ones) is visible to a query at
+// position p: a window entry inside (p - window, p], or a selected compressed entry.
+__device__ inline int visible_entry(const AttentionArgs& a, const QueryEntries& qe, int64_t p, int64_t c) {
+  if (c < qe.t_win) {
+    const int64_t kp = qe.win_pos[c];
+    return (kp <= p && kp > p - a.window) ? 1 : 0;
+  }
+  return qe.sel[c - qe.t_win] != 0 ? 1 : 0;
 }
 
 __global__ void attention_k(AttentionArgs a) {
@@ -92,91 +108,33 @@ constexpr int kAttnListCap = 4096;  // compacted entry indices held in shared me
 constexpr int kAttnSeg = 512;
 constexpr int64_t kAttnGroup = 256;  // queries per launch when split (bounds the partials)
 
-template <int DW, int NW>
-struct AttnCfg {
-  static constexpr int D = NW * 8 * DW, T = NW * 32, CH = T * kAttnPerThread;
-  static constexpr int kOff = 0;                                            // [2][TN][D]
-  static constexpr int partOff = 2 * kAttnTile * D;                         // [NW][HC][TN+1]
-  static constexpr int pOff = partOff + NW * kAttnHeads * (kAttnTile + 1);  // [TN][HC+4]
-  static constexpr int alphaOff = pOff + kAttnTile * (kAttnHeads + 4);      // [HC]
-  static constexpr int mOff = alphaOff + kAttnHeads;                        // [HC]
-  static constexpr int lOff = mOff + kAttnHeads;                            // [HC]
-  static constexpr int listOff = lOff + kAttnHeads;                         // [LCAP] int
-  static constexpr int scanOff = listOff + kAttnListCap;                    // [64] int
-  static constexpr size_t bytes = static_cast<size_t>(scanOff + 64) * 4;
-  static_assert(pOff % 4 == 0 && alphaOff % 4 == 0, "float4 alignment");
-  static_assert(DW == 4 || DW == 8, "DW");
-};
+// The indices of the entries a query sees (window first, then its selected compressed entries),
+// compacted in ascending order into shared memory a batch at a time: the visible-entry ordinals
+// [lo, hi) of the query's segment, at most kAttnListCap held. T threads, R candidates each per
+// round; s_scan holds T / 32 ints.
+template <int T>
+struct VisibleList {
+  static constexpr int R = kAttnPerThread, CH = T * R, NW = T / 32;
+  int64_t cand, ord, base_ord, lo, hi, c_all;
+  int n_list;
 
-template <int DW, int NW>
-__global__ void __launch_bounds__(NW * 32, 1)
-    attention_tiled_k(AttentionArgs a, int nsplit, float* part_o, float* part_ml, int64_t t_base) {
-  using C = AttnCfg<DW, NW>;
-  constexpr int D = C::D, T = C::T, CH = C::CH, HC = kAttnHeads, TN = kAttnTile, R = kAttnPerThread;
-  extern __shared__ __align__(16) float smem[];
-  float* s_k = smem + C::kOff;
-  float* s_part = smem + C::partOff;
-  float* s_p = smem + C::pOff;
-  float* s_alpha = smem + C::alphaOff;
-  float* s_m = smem + C::mOff;
-  float* s_l = smem + C::lOff;
-  int* s_list = reinterpret_cast<int*>(smem + C::listOff);
-  int* s_scan = reinterpret_cast<int*>(smem + C::scanOff);
-
-  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, dg = lane & 7, hg = lane >> 3;
-  const int64_t tl = blockIdx.x, t = t_base + tl;  // local (partials) and global query row
-  const int64_t h0 = static_cast<int64_t>(blockIdx.y) * HC;
-  const int split = static_cast<int>(blockIdx.z);
-  const int64_t heads = a.heads;
-  const int64_t p = a.q_pos[t];
-  const QueryEntries qe = entries_of(a, t);
-  const int64_t c_win = qe.t_win;
-  const uint8_t* sel = qe.sel;
-  const int64_t c_all = c_win + (sel ? qe.t_comp : 0);
-  auto visible = [&](int64_t c) -> int {
-    if (c < c_win) {
-      const int64_t kp = qe.win_pos[c];
-      return (kp <= p && kp > p - a.window) ? 1 : 0;
-    }
-    return sel[c - c_win] != 0 ? 1 : 0;
-  };
-
-  // The range of visible-entry ordinals this split handles (empty past the last entry).
-  int64_t lo = 0, hi = INT64_MAX;
-  if (nsplit > 1) {
-    lo = static_cast<int64_t>(split) * kAttnSeg;
-    hi = lo + kAttnSeg;
+  __device__ void start(int64_t lo_, int64_t hi_, int64_t c_all_) {
+    lo = lo_;
+    hi = hi_;
+    c_all = c_all_;
+    cand = lo < hi ? 0 : c_all;
+    ord = 0;
+    base_ord = lo;
+    n_list = 0;
   }
-  for (int h = tid; h < HC; h += T) {
-    const bool valid = h0 + h < heads;
-    s_m[h] = split == 0 ? (valid ? a.sink[h0 + h] : 0.0f) : -INFINITY;
-    s_l[h] = split == 0 ? 1.0f : 0.0f;
-  }
-
-  // q row j holds head hg*8 + (j ^ dg) (a per-lane rotation that makes the reduce-scatter
-  // below select-free); o row j holds head hg*8 + j.
-  const int dbase = w * 8 * DW + 4 * dg;
-  float q[8][DW], o[8][DW];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int64_t hh = h0 + hg * 8 + (j ^ dg);
-    if (hh < heads) {
-      const float* src = a.q + (t * heads + hh) * D + dbase;
-      ld4(&q[j][0], src);
-      if constexpr (DW == 8) ld4(&q[j][4], src + 32);
-    } else {
-#pragma unroll
-      for (int i = 0; i < DW; ++i) q[j][i] = 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < DW; ++i) o[j][i] = 0.0f;
-  }
-  __syncthreads();  // s_scan reads done, s_m / s_l written
-
-  int64_t cand = lo < hi ? 0 : c_all, ord = 0, base_ord = lo;
-  int n_list = 0;
-  for (;;) {
-    // Compact the indices of visible entries (ascending) after the n_list already held.
+  __device__ bool exhausted() const { return cand >= c_all; }
+  // The tiles of tn entries the held list gives now: all of them once the candidates are
+  // exhausted (the last one partial), else the full ones (the rest wait for the next batch).
+  __device__ int tiles(int tn) const { return exhausted() ? (n_list + tn - 1) / tn : n_list / tn; }
+  // Appends visible entries after the n_list held, while the list has room for a round.
+  template <class Vis>
+  __device__ void fill(Vis visible, int* s_list, int* s_scan) {
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     while (cand < c_all && n_list + CH <= kAttnListCap) {
       int f[R], cnt = 0;
       const int64_t cb = cand + static_cast<int64_t>(tid) * R;
@@ -212,9 +170,137 @@ __global__ void __launch_bounds__(NW * 32, 1)
       n_list = static_cast<int>(max(int64_t{0}, min(ord, hi) - base_ord));
       __syncthreads();  // list visible; s_scan free again
     }
-    if (n_list == 0) break;
-    const bool last_batch = cand >= c_all;
-    const int ntiles = last_batch ? (n_list + TN - 1) / TN : n_list / TN;
+  }
+  // fill(), then whether any entry is held.
+  template <class Vis>
+  __device__ bool next(Vis visible, int* s_list, int* s_scan) {
+    fill(visible, s_list, s_scan);
+    return n_list > 0;
+  }
+  // The first `done` entries are consumed: the rest move to the front.
+  __device__ void drop(int done, int* s_list) {
+    const int left = n_list - done;
+    __syncthreads();
+    for (int i = threadIdx.x; i < left; i += T) s_list[i] = s_list[done + i];  // done >= a tile > left: no overlap
+    __syncthreads();
+    base_ord += done;
+    n_list = left;
+  }
+};
+
+// A CTA's start: its split's segment of visible-entry ordinals, and each of its hc heads'
+// running softmax started from the sink (split 0) or empty (the other splits; the combine merges).
+template <int T>
+__device__ void start_split(VisibleList<T>& vl, const AttentionArgs& a, int nsplit, int split, int64_t c_all, int64_t h0,
+                            int hc, float* s_m, float* s_l) {
+  vl.start(nsplit > 1 ? static_cast<int64_t>(split) * kAttnSeg : 0,
+           nsplit > 1 ? static_cast<int64_t>(split + 1) * kAttnSeg : INT64_MAX, c_all);
+  for (int h = threadIdx.x; h < hc; h += T) {
+    const bool valid = h0 + h < a.heads;
+    s_m[h] = split == 0 ? (valid ? a.sink[h0 + h] : 0.0f) : -INFINITY;
+    s_l[h] = split == 0 ? 1.0f : 0.0f;
+  }
+}
+
+// A split's softmax state (m, l) per head, for the combine.
+template <int T>
+__device__ void store_split_ml(float* part_ml, int64_t tl, int nsplit, int split, int64_t heads, int64_t h0, int hc,
+                               const float* s_m, const float* s_l) {
+  for (int h = threadIdx.x; h < hc; h += T)
+    if (h0 + h < heads) {
+      float* ml = part_ml + ((tl * nsplit + split) * heads + h0 + h) * 2;
+      ml[0] = s_m ? s_m[h] : -INFINITY;
+      ml[1] = s_l ? s_l[h] : 0.0f;
+    }
+}
+
+// One head's online-softmax step over a tile (lane = entry, sv = its scaled score, -inf past
+// ne): returns the lane's weight e^(sv - m_new); lane 0 updates the head's running max m, sum l
+// and the factor alpha its accumulator is rescaled by.
+__device__ inline float softmax_tile_step(float sv, int lane, int ne, float* m, float* l, float* alpha) {
+  const float mo = *m, mn = fmaxf(mo, warp_max(sv));
+  const float pe = lane < ne ? expf(sv - mn) : 0.0f;
+  const float ls = warp_sum(pe);  // every lane has read *m: the shuffles synchronise the warp
+  if (lane == 0) {
+    const float al = mo == mn ? 1.0f : expf(mo - mn);
+    *alpha = al;
+    *l = *l * al + ls;
+    *m = mn;
+  }
+  return pe;
+}
+
+template <int DW, int NW>
+struct AttnCfg {
+  static constexpr int D = NW * 8 * DW, T = NW * 32;
+  static constexpr int kOff = 0;                                            // [2][TN][D]
+  static constexpr int partOff = 2 * kAttnTile * D;                         // [NW][HC][TN+1]
+  static constexpr int pOff = partOff + NW * kAttnHeads * (kAttnTile + 1);  // [TN][HC+4]
+  static constexpr int alphaOff = pOff + kAttnTile * (kAttnHeads + 4);      // [HC]
+  static constexpr int mOff = alphaOff + kAttnHeads;                        // [HC]
+  static constexpr int lOff = mOff + kAttnHeads;                            // [HC]
+  static constexpr int listOff = lOff + kAttnHeads;                         // [LCAP] int
+  static constexpr int scanOff = listOff + kAttnListCap;                    // [64] int
+  static constexpr size_t bytes = static_cast<size_t>(scanOff + 64) * 4;
+  static_assert(pOff % 4 == 0 && alphaOff % 4 == 0, "float4 alignment");
+  static_assert(DW == 4 || DW == 8, "DW");
+};
+
+template <int DW, int NW>
+__global__ void __launch_bounds__(NW * 32, 1)
+    attention_tiled_k(AttentionArgs a, int nsplit, float* part_o, float* part_ml, int64_t t_base) {
+  using C = AttnCfg<DW, NW>;
+  constexpr int D = C::D, T = C::T, HC = kAttnHeads, TN = kAttnTile;
+  extern __shared__ __align__(16) float smem[];
+  float* s_k = smem + C::kOff;
+  float* s_part = smem + C::partOff;
+  float* s_p = smem + C::pOff;
+  float* s_alpha = smem + C::alphaOff;
+  float* s_m = smem + C::mOff;
+  float* s_l = smem + C::lOff;
+  int* s_list = reinterpret_cast<int*>(smem + C::listOff);
+  int* s_scan = reinterpret_cast<int*>(smem + C::scanOff);
+
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, dg = lane & 7, hg = lane >> 3;
+  const int64_t tl = blockIdx.x, t = t_base + tl;  // local (partials) and global query row
+  const int64_t h0 = static_cast<int64_t>(blockIdx.y) * HC;
+  const int split = static_cast<int>(blockIdx.z);
+  const int64_t heads = a.heads;
+  const int64_t p = a.q_pos[t];
+  const QueryEntries qe = entries_of(a, t);
+  const int64_t c_win = qe.t_win;
+  const uint8_t* sel = qe.sel;
+  const int64_t c_all = c_win + (sel ? qe.t_comp : 0);
+  auto visible = [&](int64_t c) { return visible_entry(a, qe, p, c); };
+
+  // The range of visible-entry ordinals this split handles (empty past the last entry).
+  VisibleList<T> vl;
+  start_split(vl, a, nsplit, split, c_all, h0, HC, s_m, s_l);
+
+  // q row j holds head hg*8 + (j ^ dg) (a per-lane rotation that makes the reduce-scatter
+  // below select-free); o row j holds head hg*8 + j.
+  const int dbase = w * 8 * DW + 4 * dg;
+  float q[8][DW], o[8][DW];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int64_t hh = h0 + hg * 8 + (j ^ dg);
+    if (hh < heads) {
+      const float* src = a.q + (t * heads + hh) * D + dbase;
+      ld4(&q[j][0], src);
+      if constexpr (DW == 8) ld4(&q[j][4], src + 32);
+    } else {
+#pragma unroll
+      for (int i = 0; i < DW; ++i) q[j][i] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < DW; ++i) o[j][i] = 0.0f;
+  }
+  __syncthreads();  // s_scan reads done, s_m / s_l written
+
+  while (vl.next(visible, s_list, s_scan)) {
+    const int n_list = vl.n_list;
+    const bool last_batch = vl.exhausted();
+    const int ntiles = vl.tiles(TN);
 
     auto issue = [&](int tile, int buf) {
       const int e0 = tile * TN, ne = min(TN, n_list - e0);
@@ -273,18 +359,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
           for (int ww = 0; ww < NW; ++ww) acc += s_part[(ww * HC + hh) * (TN + 1) + lane];
           sv = acc * a.scale;
         }
-        const float mt = warp_max(sv);
-        const float mo = s_m[hh], mn = fmaxf(mo, mt);
-        const float pe = lane < ne ? expf(sv - mn) : 0.0f;
-        const float ls = warp_sum(pe);
-        s_p[lane * (HC + 4) + hh] = pe;
-        __syncwarp();
-        if (lane == 0) {
-          const float al = mo == mn ? 1.0f : expf(mo - mn);
-          s_alpha[hh] = al;
-          s_l[hh] = s_l[hh] * al + ls;
-          s_m[hh] = mn;
-        }
+        s_p[lane * (HC + 4) + hh] = softmax_tile_step(sv, lane, ne, s_m + hh, s_l + hh, s_alpha + hh);
       }
       __syncthreads();
 
@@ -312,12 +387,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
         }
       }
     }
-    const int done = min(n_list, ntiles * TN), left = n_list - done;
-    __syncthreads();
-    for (int i = tid; i < left; i += T) s_list[i] = s_list[done + i];  // done >= TN > left: no overlap
-    __syncthreads();
-    base_ord += done;
-    n_list = left;
+    vl.drop(min(n_list, ntiles * TN), s_list);
     if (last_batch) break;
   }
   __syncthreads();
@@ -338,13 +408,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
       if constexpr (DW == 8) st4(dst + 32, o[j][4], o[j][5], o[j][6], o[j][7]);
     }
   }
-  if (nsplit > 1)
-    for (int h = tid; h < HC; h += T)
-      if (h0 + h < heads) {
-        float* ml = part_ml + ((tl * nsplit + split) * heads + h0 + h) * 2;
-        ml[0] = s_m[h];
-        ml[1] = s_l[h];
-      }
+  if (nsplit > 1) store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, s_m, s_l);
 }
 
 // Merges the splits' partial softmaxes: out = Σ o_i e^(m_i - M) / Σ l_i e^(m_i - M).
@@ -371,18 +435,207 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
   a.out[t_base * a.heads * D + i] = O / L;
 }
 
-template <int DW, int NW>
-void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
-  using C = AttnCfg<DW, NW>;
-  static bool attr_done[64] = {};
+// ---------------------------------------------------------------------------------------
+// Attention on the tensor cores (bf16 backends): a CTA of 8 warps per (query, 64 heads, split).
+// Q (64 heads x D) and each tile of 32 visible entries go to shared memory as bf16 (exact on a
+// bf16 backend, whose activations are bf16 values); S = Q·Kᵀ by mma.sync (warp w: heads
+// 16 (w % 4) .. +16, entries 16 (w / 4) .. +16); the online softmax per head as in the float32
+// kernel (denominator in float32, P rounded to bf16 for the product); O = O·alpha + P·V in
+// registers (warp w: heads 16 (w % 4) .. +16, channels D/2 (w / 4) .. +D/2; V = K, the same
+// tile, read transposed by ldmatrix). The visible-entry lists, segments and combine are the
+// float32 kernel's, so a query's arithmetic again depends only on its own entries.
+constexpr int kMmaHeads = 64, kMmaTile = 32, kMmaWarps = 8, kMmaT = kMmaWarps * 32;
+
+template <int D>
+struct MmaCfg {
+  static constexpr int QS = D + 8, PS = kMmaTile + 8, SS = kMmaTile + 1;  // row strides
+  static constexpr size_t qOff = 0;                                          // bf16 [HC][QS]
+  static constexpr size_t kOff = qOff + size_t{kMmaHeads} * QS * 2;          // bf16 [TN][QS]
+  static constexpr size_t pOff = kOff + size_t{kMmaTile} * QS * 2;           // bf16 [HC][PS]
+  static constexpr size_t sOff = pOff + size_t{kMmaHeads} * PS * 2;          // f32 [HC][SS]
+  static constexpr size_t statOff = sOff + size_t{kMmaHeads} * SS * 4;       // f32 m, l, alpha [3][HC]
+  static constexpr size_t listOff = statOff + size_t{3} * kMmaHeads * 4;     // int [LCAP]
+  static constexpr size_t scanOff = listOff + size_t{kAttnListCap} * 4;      // int [T / 32]
+  static constexpr size_t stageOff = scanOff + size_t{kMmaWarps} * 4;        // f32 [TN][D]: the next tile
+  static constexpr size_t bytes = stageOff + size_t{kMmaTile} * D * 4;
+  static_assert(D % 16 == 0 && kOff % 16 == 0 && pOff % 16 == 0 && sOff % 16 == 0 && stageOff % 16 == 0, "alignment");
+};
+
+// 4 floats -> 4 bf16 (round to nearest even) at dst.
+__device__ __forceinline__ void st_bf16x4(__nv_bfloat16* dst, float4 v) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 u;
+  u.x = *reinterpret_cast<const uint32_t*>(&lo);
+  u.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(dst) = u;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kMmaT, 1)
+    attention_mma_k(AttentionArgs a, int nsplit, float* part_o, float* part_ml, int64_t t_base) {
+  using C = MmaCfg<D>;
+  constexpr int HC = kMmaHeads, TN = kMmaTile, T = kMmaT, QS = C::QS, PS = C::PS, SS = C::SS;
+  constexpr int NT = D / 16;  // n8 tiles of a warp's D/2 output channels
+  constexpr int C4 = D / 4;   // float4 chunks per row
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw + C::qOff);
+  auto* s_k = reinterpret_cast<__nv_bfloat16*>(smem_raw + C::kOff);
+  auto* s_p = reinterpret_cast<__nv_bfloat16*>(smem_raw + C::pOff);
+  auto* s_s = reinterpret_cast<float*>(smem_raw + C::sOff);
+  auto* s_m = reinterpret_cast<float*>(smem_raw + C::statOff);
+  float* s_l = s_m + HC;
+  float* s_alpha = s_l + HC;
+  auto* s_list = reinterpret_cast<int*>(smem_raw + C::listOff);
+  auto* s_scan = reinterpret_cast<int*>(smem_raw + C::scanOff);
+  auto* s_stage = reinterpret_cast<float*>(smem_raw + C::stageOff);
+
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, mt = w & 3, half = w >> 2;
+  const int64_t tl = blockIdx.x, t = t_base + tl;
+  const int64_t h0 = static_cast<int64_t>(blockIdx.y) * HC, heads = a.heads;
+  const int split = static_cast<int>(blockIdx.z);
+  const int64_t p = a.q_pos[t];
+  const QueryEntries qe = entries_of(a, t);
+  const int64_t c_win = qe.t_win, c_all = c_win + (qe.sel ? qe.t_comp : 0);
+  auto visible = [&](int64_t c) { return visible_entry(a, qe, p, c); };
+  VisibleList<T> vl;
+  start_split(vl, a, nsplit, split, c_all, h0, HC, s_m, s_l);
+  __syncthreads();
+  vl.fill(visible, s_list, s_scan);
+  if (vl.n_list == 0 && split > 0) {  // an empty segment: m = -inf, skipped by the combine
+    store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, nullptr, nullptr);
+    return;
+  }
+  for (int idx = tid; idx < HC * C4; idx += T) {
+    const int h = idx / C4, c4 = idx - h * C4;
+    const int64_t hh = h0 + h;
+    const float4 v = hh < heads ? *reinterpret_cast<const float4*>(a.q + (t * heads + hh) * D + c4 * 4)
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    st_bf16x4(s_q + h * QS + c4 * 4, v);
+  }
+  float o[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+
+  while (vl.next(visible, s_list, s_scan)) {
+    const int n_list = vl.n_list;
+    const bool last_batch = vl.exhausted();
+    const int ntiles = vl.tiles(TN);
+    // The next tile's rows go to the float32 staging buffer by cp.async while this one computes.
+    auto stage = [&](int tile) {
+      const int e0 = tile * TN, ne = min(TN, n_list - e0);
+      for (int idx = tid; idx < ne * C4; idx += T) {
+        const int e = idx / C4, c4 = idx - e * C4;
+        const int64_t c = s_list[e0 + e];
+        const float* src = c < c_win ? qe.win + c * D : qe.comp + (c - c_win) * D;
+        cp_async16(s_stage + e * D + c4 * 4, src + c4 * 4);
+      }
+      cp_async_commit();
+    };
+    stage(0);
+    for (int tile = 0; tile < ntiles; ++tile) {
+      const int e0 = tile * TN, ne = min(TN, n_list - e0);
+      cp_async_wait<0>();
+      __syncthreads();  // staged rows landed; the previous tile's readers of s_k and s_p are done
+      for (int idx = tid; idx < TN * C4; idx += T) {
+        const int e = idx / C4, c4 = idx - e * C4;
+        // Rows past ne: zero (their P is 0 too).
+        const float4 v = e < ne ? *reinterpret_cast<const float4*>(s_stage + e * D + c4 * 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        st_bf16x4(s_k + e * QS + c4 * 4, v);
+      }
+      __syncthreads();  // s_k complete, the staging buffer free
+      if (tile + 1 < ntiles) stage(tile + 1);
+
+      // S = Q·Kᵀ for this warp's 16 heads x 16 entries.
+      float sacc[2][4] = {};
+#pragma unroll 4
+      for (int kk = 0; kk < D; kk += 16) {
+        uint32_t af[4], r[4];
+        ldmatrix_x4(af, s_q + (mt * 16 + (lane & 15)) * QS + kk + (lane >> 4) * 8);
+        ldmatrix_x4(r, s_k + (half * 16 + ((lane >> 4) << 3) + (lane & 7)) * QS + kk + ((lane >> 3) & 1) * 8);
+        mma_bf16(sacc[0], af, r[0], r[1]);
+        mma_bf16(sacc[1], af, r[2], r[3]);
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int col = half * 16 + j * 8 + (lane & 3) * 2, row = mt * 16 + (lane >> 2);
+        s_s[row * SS + col] = sacc[j][0] * a.scale;
+        s_s[row * SS + col + 1] = sacc[j][1] * a.scale;
+        s_s[(row + 8) * SS + col] = sacc[j][2] * a.scale;
+        s_s[(row + 8) * SS + col + 1] = sacc[j][3] * a.scale;
+      }
+      __syncthreads();
+
+      // Online softmax: warp w owns heads w, w + 8, ...; lane = entry of the tile.
+#pragma unroll
+      for (int k2 = 0; k2 < HC / kMmaWarps; ++k2) {
+        const int hh = w + k2 * kMmaWarps;
+        const float sv = lane < ne ? s_s[hh * SS + lane] : -INFINITY;
+        s_p[hh * PS + lane] = __float2bfloat16_rn(softmax_tile_step(sv, lane, ne, s_m + hh, s_l + hh, s_alpha + hh));
+      }
+      __syncthreads();
+
+      // O = O·alpha + P·V for this warp's 16 heads x D/2 channels.
+      const int r0 = mt * 16 + (lane >> 2);
+      const float al0 = s_alpha[r0], al1 = s_alpha[r0 + 8];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        o[j][0] *= al0;
+        o[j][1] *= al0;
+        o[j][2] *= al1;
+        o[j][3] *= al1;
+      }
+#pragma unroll
+      for (int kk = 0; kk < TN; kk += 16) {
+        uint32_t af[4];
+        ldmatrix_x4(af, s_p + (mt * 16 + (lane & 15)) * PS + kk + (lane >> 4) * 8);
+#pragma unroll
+        for (int j = 0; j < NT; j += 2) {
+          uint32_t r[4];
+          ldmatrix_x4_trans(r, s_k + (kk + (lane & 15)) * QS + half * (D / 2) + j * 8 + (lane >> 4) * 8);
+          mma_bf16(o[j], af, r[0], r[1]);
+          mma_bf16(o[j + 1], af, r[2], r[3]);
+        }
+      }
+    }
+    vl.drop(min(n_list, ntiles * TN), s_list);
+    if (last_batch) break;
+  }
+  __syncthreads();
+
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int hl = mt * 16 + (lane >> 2) + hr * 8;
+      const int64_t hh = h0 + hl;
+      if (hh >= heads) continue;
+      const int col = half * (D / 2) + j * 8 + (lane & 3) * 2;
+      if (nsplit == 1) {
+        const float l = s_l[hl];
+        *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l, o[j][2 * hr + 1] / l);
+      } else {
+        *reinterpret_cast<float2*>(part_o + ((tl * nsplit + split) * heads + hh) * D + col) =
+            make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
+      }
+    }
+  if (nsplit > 1) store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, s_m, s_l);
+}
+
+// Launches kern (heads_per_cta heads per CTA, `bytes` of dynamic shared memory) over the
+// queries, split into fixed segments of kAttnSeg visible entries when a query can see more,
+// the splits merged by attention_combine_k.
+using AttnKernel = void (*)(AttentionArgs, int, float*, float*, int64_t);
+void launch_attention(AttnKernel kern, size_t bytes, int heads_per_cta, int threads, const AttentionArgs& a,
+                      cudaStream_t s) {
+  // The shared-memory opt-in once per kernel and device (the backend runs on one thread).
+  static std::vector<std::pair<AttnKernel, int>> opted;
   int dev = 0;
   DI_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64 || !attr_done[dev]) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(attention_tiled_k<DW, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(C::bytes)));
-    if (dev >= 0 && dev < 64) attr_done[dev] = true;
+  if (std::find(opted.begin(), opted.end(), std::make_pair(kern, dev)) == opted.end()) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    opted.emplace_back(kern, dev);
   }
-  const int64_t hb = ceil_div(a.heads, kAttnHeads);
+  const int64_t hb = ceil_div(a.heads, heads_per_cta);
   // Segments: enough for the most entries a query can see (its window plus every compressed
   // entry, at most all candidates); with one segment the kernel finishes the softmax itself.
   const bool multi = a.seqs != nullptr;
@@ -392,7 +645,7 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
   const int nsplit = static_cast<int>(std::max<int64_t>(1, ceil_div(bound, kAttnSeg)));
   if (nsplit == 1) {
     const dim3 grid(static_cast<unsigned>(a.s), static_cast<unsigned>(hb), 1);
-    attention_tiled_k<DW, NW><<<grid, C::T, C::bytes, s>>>(a, 1, nullptr, nullptr, 0);
+    kern<<<grid, threads, bytes, s>>>(a, 1, nullptr, nullptr, 0);
     DI_CUDA_LAUNCHED();
     return;
   }
@@ -403,7 +656,7 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
   for (int64_t q0 = 0; q0 < a.s; q0 += group) {
     const int64_t n = std::min(group, a.s - q0);  // queries [q0, q0 + n) as one launch
     const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(hb), static_cast<unsigned>(nsplit));
-    attention_tiled_k<DW, NW><<<grid, C::T, C::bytes, s>>>(a, nsplit, part_o, part_ml, q0);
+    kern<<<grid, threads, bytes, s>>>(a, nsplit, part_o, part_ml, q0);
     DI_CUDA_LAUNCHED();
     AttentionArgs g = a;
     g.s = n;
@@ -412,12 +665,23 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
     DI_CUDA_LAUNCHED();
   }
   DI_CUDA_CHECK(cudaFreeAsync(part_o, s));
+  DI_CUDA_CHECK(cudaFreeAsync(part_ml, s));
+}
 
+template <int DW, int NW>
+void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
+  using C = AttnCfg<DW, NW>;
+  launch_attention(attention_tiled_k<DW, NW>, C::bytes, kAttnHeads, C::T, a, s);
+}
+
+template <int D>
+void launch_attention_mma(const AttentionArgs& a, cudaStream_t s) {
+  launch_attention(attention_mma_k<D>, MmaCfg<D>::bytes, kMmaHeads, kMmaT, a, s);
 }
 
 }  // namespace
 
-void attention(const AttentionArgs& a, cudaStream_t s) {
+void attention(const AttentionArgs& a, bool bf16, cudaStream_t s) {
   if (a.s * a.heads == 0) return;
   const bool comp = a.comp && a.comp_sel && a.t_comp > 0;
   // A multi-sequence call's entries are rows of float buffers: 16-byte aligned when the row is.
@@ -426,6 +690,15 @@ void attention(const AttentionArgs& a, cudaStream_t s) {
                                             a.t_win + (comp ? a.t_comp : 0) < (int64_t{1} << 30);
   const bool fast = !legacy_forced() && aligned16(a.q) && aligned16(a.out) && entries_aligned &&
                     ceil_div(a.heads, kAttnHeads) <= 65535;
+  if (fast && bf16 && ceil_div(a.heads, kMmaHeads) <= 65535) {
+    switch (a.head_dim) {
+      case 64: return launch_attention_mma<64>(a, s);
+      case 128: return launch_attention_mma<128>(a, s);
+      case 256: return launch_attention_mma<256>(a, s);
+      case 512: return launch_attention_mma<512>(a, s);
+      default: break;
+    }
+  }
   if (fast) {
     switch (a.head_dim) {
       case 32: return launch_attention_tiled<4, 1>(a, s);

@@ -315,7 +315,7 @@ class CudaBackend final : public Backend {
   void fake_quant(const FakeQuantArgs& a) override { cuda::fake_quant(a, stream_); }
   void hc_collapse(const HcCollapseArgs& a) override { cuda::hc_collapse(a, stream_); }
   void hc_expand(const HcExpandArgs& a) override { cuda::hc_expand(a, stream_); }
-  void attention(const AttentionArgs& a) override { cuda::attention(a, stream_); }
+  void attention(const AttentionArgs& a) override { cuda::attention(a, precision_ == Precision::kBF16, stream_); }
   void compress_pool(const CompressPoolArgs& a) override { cuda::compress_pool(a, stream_); }
   void indexer_scores(const IndexerScoreArgs& a) override { cuda::indexer_scores(a, stream_); }
   void candidate_blocks(const CandidateBlocksArgs& a) override { cuda::candidate_blocks(a, stream_); }
