@@ -120,14 +120,20 @@ void sampling() {
     DrawParams top{.temperature = 1.0f, .top_k = 50, .top_p = 0.9f, .u = 0.5};
     DrawParams flat{.temperature = 1.0f, .top_p = 0.95f, .u = 0.5};
     DrawParams plain{.temperature = 1.0f, .u = 0.5};
+    DrawParams with_lp{.temperature = 1.0f, .u = 0.5, .logprobs = 5};
+    float* lp = dalloc<float>(static_cast<size_t>(rows * 6), 0.0f);
+    int32_t* lp_ids = dalloc<int32_t>(static_cast<size_t>(rows * 5), 0);
     for (const Case& c : {Case{"greedy              ", DrawParams{}, 8.0f}, Case{"T1                  ", plain, 8.0f},
                           Case{"T1 top-k 50 top-p .9", top, 8.0f},
-                          Case{"T1 top-p .95, flat  ", flat, 0.01f}}) {
+                          Case{"T1 top-p .95, flat  ", flat, 0.01f}, Case{"T1 + 5 logprobs     ", with_lp, 8.0f}}) {
       std::vector<float> hs(h);
       for (auto& v : hs) v *= c.scale / 8.0f;
       cudaMemcpy(x, hs.data(), hs.size() * sizeof(float), cudaMemcpyHostToDevice);
       DrawParams* dp = dalloc<DrawParams>(static_cast<size_t>(rows), c.p);
-      const double ms = time_ms(*be, [&] { be->sample_rows({.x = x, .params = dp, .ids = ids, .rows = rows, .cols = V}); }, 10);
+      const double ms = time_ms(*be, [&] {
+        be->sample_rows({.x = x, .params = dp, .ids = ids, .rows = rows, .cols = V, .logprob = lp, .top_ids = lp_ids,
+                         .top_logprobs = lp + rows, .max_logprobs = 5});
+      }, 10);
       const double bytes = static_cast<double>(rows * V * 4);
       std::printf("sample_rows %s %4lld rows x %lld: %8.3f ms = %6.1f us per row, %5.0f GB/s (%4.1f%% of bandwidth for one read of the logits)\n",
                   c.name, static_cast<long long>(rows), static_cast<long long>(V), ms, ms * 1e3 / static_cast<double>(rows),
@@ -136,6 +142,8 @@ void sampling() {
     }
     cudaFree(x);
     cudaFree(ids);
+    cudaFree(lp);
+    cudaFree(lp_ids);
   }
 }
 

@@ -35,7 +35,7 @@ struct EngineConfig {
                                            // memory free after loading (CUDA); 0 = unused
   bool exact_prefill = false;              // true: every layer on every prompt row (no CED replay)
   bool sample_on_backend = true;           // tokens drawn on the backend where nothing precedes the draw
-                                           // (no logprobs, penalties, grammar): only ids leave the GPU
+                                           // (no penalties, grammar): only ids and logprobs leave the GPU
 };
 
 struct Prompt {

@@ -22,20 +22,4 @@ float normal01(uint64_t seed, uint64_t counter) {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
-int64_t inverse_cdf(const double* w, int64_t n, double u) {
-  double total = 0.0;
-  for (int64_t i = 0; i < n; ++i) total += w[i];
-  const double target = u * total;
-  double cum = 0.0;
-  int64_t last = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (w[i] > 0.0) {
-      cum += w[i];
-      last = i;
-      if (cum > target) return i;
-    }
-  }
-  return last;
-}
-
 }  // namespace deepinfer::core

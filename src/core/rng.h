@@ -16,10 +16,4 @@ double uniform01(uint64_t seed, uint64_t counter);
 // Standard normal from (seed, counter) by Box-Muller over two uniforms.
 float normal01(uint64_t seed, uint64_t counter);
 
-// The inverse-CDF draw shared by the sampler and the CPU backend's sample_rows: over weights
-// w [n] fp64 (>= 0), the first index in ascending order whose running sum exceeds u * total
-// (sums in ascending order); rounding that leaves the target at the total gives the last
-// positive weight, and an all-zero row gives 0.
-int64_t inverse_cdf(const double* w, int64_t n, double u);
-
 }  // namespace deepinfer::core

@@ -17,6 +17,7 @@ namespace deepinfer::engine {
 
 kernels::DrawParams draw_params(const SamplingParams& p, uint64_t seed, uint64_t step, uint64_t stream) {
   kernels::DrawParams d;
+  d.logprobs = p.logprobs ? *p.logprobs : -1;
   if (p.temperature < sample::kGreedyTemperature) return d;
   d.temperature = p.temperature;
   d.top_k = p.top_k > 0 ? p.top_k : 0;
@@ -164,14 +165,14 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
   };
 
   // A row the backend can draw: nothing changes its logits before the sampler's draw (no
-  // penalties, mask, pending min_tokens) and no logprobs to report. The uniform is the one the
+  // penalties, mask, pending min_tokens); its logprobs (of the raw row) come from there too. The uniform is the one the
   // sampler would use for this token (the request's seed, output position and completion).
   const auto draw_on_backend = [&](const sched::Sequence& s) -> std::optional<kernels::DrawParams> {
     if (!opts_.sample_on_backend) return std::nullopt;
     const Live& L = *live[s.request];
     const Completion& c = *L.comps[static_cast<size_t>(s.completion)];
     const SamplingParams& p = L.req.params;
-    if (p.logprobs || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+    if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
         c.matcher || static_cast<int64_t>(c.out.token_ids.size()) < p.min_tokens)
       return std::nullopt;
     return draw_params(p, c.seed, static_cast<uint64_t>(s.generated()), static_cast<uint64_t>(s.completion));
@@ -236,7 +237,16 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
       const int32_t tok = drawn_r ? drawn_r->token : so.token[i];
       if (c.out.token_ids.empty() && L.out.metrics.first_token_s == 0) L.out.metrics.first_token_s = since(t_start);
       c.out.token_ids.push_back(tok);
-      if (drawn_r && drawn_r->logprob) c.out.logprobs.push_back(*drawn_r->logprob);
+      if (drawn_r && drawn_r->logprob) {
+        c.out.logprobs.push_back(*drawn_r->logprob);
+      } else if (!drawn_r && p.logprobs) {  // drawn on the backend with its logprobs
+        TokenLogprob lp;
+        lp.token_id = tok;
+        lp.logprob = so.logprob[i];
+        for (size_t j = 0; j < so.top_ids[i].size(); ++j)
+          if (so.top_ids[i][j] >= 0) lp.top.emplace_back(so.top_ids[i][j], so.top_logprobs[i][j]);
+        c.out.logprobs.push_back(std::move(lp));
+      }
       s.tokens.push_back(tok);
       ++times_.generated_tokens;
       // The mask allowed `tok`, so the matcher accepts it (EOS only where the grammar can end).

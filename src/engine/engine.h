@@ -32,8 +32,8 @@ class GrammarCache;
 
 namespace deepinfer::engine {
 
-// The backend's draw for params (temperature, top-k, top-p, min-p; the rest must not apply) and
-// the uniform the sampler would use for (seed, step, stream): kernels::DrawParams.
+// The backend's draw for params (temperature, top-k, top-p, min-p, logprobs; the rest must not
+// apply) and the uniform the sampler would use for (seed, step, stream): kernels::DrawParams.
 kernels::DrawParams draw_params(const SamplingParams& p, uint64_t seed, uint64_t step, uint64_t stream);
 
 struct EngineOptions {
@@ -41,10 +41,10 @@ struct EngineOptions {
   int64_t memory_budget_bytes = 0;  // state cache budget; <= 0 unlimited
   uint64_t seed = 0;                // seed of requests whose params have none
   int sampler_threads = 1;
-  // Rows with nothing to apply before the draw (no logprobs, penalties, structured output or
-  // pending min_tokens) are drawn on the backend (kernels::DrawParams: greedy, temperature,
-  // top-k, top-p, min-p, with the request's seeded uniform from the host): only the token
-  // comes back, no logits row. The CPU backend draws exactly the sampler's token; CUDA sums
+  // Rows with nothing to apply before the draw (no penalties, structured output or pending
+  // min_tokens) are drawn on the backend (kernels::DrawParams: greedy, temperature, top-k,
+  // top-p, min-p, with the request's seeded uniform from the host): only the token and the
+  // requested logprobs come back, no logits row. The CPU backend draws exactly the sampler's token; CUDA sums
   // in another fixed order (a token can differ only where a cumulative weight lands within
   // rounding of the target). false: every row through the sampler.
   bool sample_on_backend = true;

@@ -344,14 +344,23 @@ struct DrawParams {
   float top_p = 1.0f;               // >= 1: off
   double log_min_p = -std::numeric_limits<double>::infinity();  // log(min_p); -inf: off
   double u = 0.0;                   // uniform in [0, 1)
+  // >= 0: also the drawn token's logprob (the raw row's log-softmax, core::log_softmax) and the
+  // best `logprobs` tokens (logprob descending, id ascending) with theirs.
+  int32_t logprobs = -1;
 };
 
-// Sampling on the backend: one token per row, only the ids come back.
+// Sampling on the backend: one token per row, only the ids (and requested logprobs) come back.
 struct SampleRowsArgs {
   const float* x = nullptr;              // [rows, cols] fp32 raw logits
   const DrawParams* params = nullptr;    // [rows] backend memory; null: every row greedy
   int32_t* ids = nullptr;                // [rows]
   int64_t rows = 0, cols = 0;
+  // For rows whose params ask for logprobs (may be null when none does): [rows] the drawn
+  // token's logprob; [rows, max_logprobs] the best ids and logprobs (past the row's count: -1, 0).
+  float* logprob = nullptr;
+  int32_t* top_ids = nullptr;
+  float* top_logprobs = nullptr;
+  int64_t max_logprobs = 0;
 };
 
 // Seeded normal values for random weights: out[i] = mean + std * z_i with

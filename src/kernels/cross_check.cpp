@@ -170,7 +170,7 @@ class CrossCheck final : public Forwarding {
     std::vector<DrawParams> p = a.params ? get(a.params, a.rows) : std::vector<DrawParams>(static_cast<size_t>(a.rows));
     std::vector<int32_t> ids(static_cast<size_t>(a.rows));
     c_->sample_rows({.x = x.data(), .params = p.data(), .ids = ids.data(), .rows = a.rows, .cols = a.cols});
-    report("sample_rows", diff(ids, get(a.ids, a.rows)), a.rows);
+    report("sample_rows", diff(ids, get(a.ids, a.rows)), a.rows);  // logprobs: values, not decisions
   }
   void candidate_blocks(const CandidateBlocksArgs& a) override {
     d_->candidate_blocks(a);

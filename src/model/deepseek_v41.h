@@ -71,6 +71,11 @@ class DeepseekV41 {
     // without `logits` (not with all_logits).
     int32_t* token = nullptr;
     kernels::DrawParams draw{};
+    // With draw.logprobs >= 0, host: the token's logprob, and [draw.logprobs] best ids and
+    // logprobs (past the vocabulary: -1).
+    float* logprob = nullptr;
+    int32_t* top_ids = nullptr;
+    float* top_logprobs = nullptr;
   };
 
   // Runs several sequences' chunks in one pass: every matrix product covers all rows, the

@@ -1,5 +1,7 @@
 #include "runner/model_runner.h"
 
+#include <algorithm>
+
 namespace deepinfer::runner {
 
 StepOutput ModelRunner::run(const sched::StepPlan& plan, const DrawOnBackend& draw_on_backend) {
@@ -16,6 +18,14 @@ StepOutput ModelRunner::run(const sched::StepPlan& plan, const DrawOnBackend& dr
     draws.push_back(d.value_or(kernels::DrawParams{}));
   }
   out.logits.resize(static_cast<size_t>(n_logits * V));
+  out.logprob.assign(out.sampled.size(), 0.0f);
+  out.top_ids.resize(out.sampled.size());
+  out.top_logprobs.resize(out.sampled.size());
+  for (size_t k = 0; k < out.sampled.size(); ++k) {
+    const auto n = static_cast<size_t>(std::max(draws[k].logprobs, 0));
+    out.top_ids[k].assign(n, -1);
+    out.top_logprobs[k].assign(n, 0.0f);
+  }
   std::vector<model::DeepseekV41::SeqChunk> chunks;
   chunks.reserve(plan.chunks.size());
   size_t k = 0;
@@ -31,6 +41,9 @@ StepOutput ModelRunner::run(const sched::StepPlan& plan, const DrawOnBackend& dr
       else {
         ch.token = &out.token[k];
         ch.draw = draws[k];
+        ch.logprob = &out.logprob[k];
+        ch.top_ids = out.top_ids[k].data();
+        ch.top_logprobs = out.top_logprobs[k].data();
       }
       ++k;
     }

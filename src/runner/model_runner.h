@@ -26,6 +26,11 @@ struct StepOutput {
   std::vector<int32_t> token;
   std::vector<int64_t> logits_row;
   std::vector<float> logits;    // [rows with token -1, vocab] fp32
+  // Per sampled row drawn on the backend with logprobs (draw.logprobs = n >= 0): the token's
+  // logprob, and the best n ids with their logprobs (empty for the other rows).
+  std::vector<float> logprob;
+  std::vector<std::vector<int32_t>> top_ids;
+  std::vector<std::vector<float>> top_logprobs;
 };
 
 class ModelRunner {

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "core/rng.h"
+#include "core/logits.h"
 #include "core/thread_pool.h"
 #include "sample/penalties.h"
 #include "sample/rng.h"
@@ -178,26 +178,13 @@ TokenLogprob make_logprob(const SampleRequest& r, int32_t token, Workspace& ws) 
     apply_allowed_bitmask(r, ws.masked.data(), vocab);
     row = ws.masked;
   }
-  log_softmax(row, std::span<double>(ws.lsm.data(), static_cast<size_t>(vocab)));
+  core::log_softmax(row, std::span<double>(ws.lsm.data(), static_cast<size_t>(vocab)));
   const double* lp = ws.lsm.data();
   TokenLogprob out;
   out.token_id = token;
   out.logprob = static_cast<float>(lp[token]);
-  const auto n = static_cast<size_t>(std::min<int64_t>(std::max(0, *r.params->logprobs), vocab));
-  if (n == 0) return out;
-  // Best n by (logprob descending, id ascending), kept sorted by insertion.
-  auto& top = out.top;
-  top.reserve(n + 1);
-  std::vector<int32_t> ids;
-  ids.reserve(n + 1);
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (ids.size() == n && !(lp[i] > lp[ids.back()])) continue;  // equal: the lower id is already in
-    size_t pos = ids.size();
-    while (pos > 0 && lp[i] > lp[ids[pos - 1]]) --pos;
-    ids.insert(ids.begin() + static_cast<std::ptrdiff_t>(pos), static_cast<int32_t>(i));
-    if (ids.size() > n) ids.pop_back();
-  }
-  for (int32_t id : ids) top.emplace_back(id, static_cast<float>(lp[id]));
+  for (const auto& [id, v] : core::top_n(std::span<const double>(lp, static_cast<size_t>(vocab)), *r.params->logprobs))
+    out.top.emplace_back(id, static_cast<float>(v));
   return out;
 }
 
@@ -266,31 +253,6 @@ void Sampler::distribution(const SampleRequest& r, std::span<double> out) {
 void sample_batch(std::span<const SampleRequest> reqs, std::span<SampleResult> out, core::ThreadPool* pool) {
   Sampler s;
   s.sample_batch(reqs, out, pool);
-}
-
-void log_softmax(std::span<const float> logits, std::span<double> out) {
-  DI_CHECK(out.size() == logits.size(), "log_softmax: output size differs from input");
-  const size_t n = logits.size();
-  auto val = [&](size_t i) { return std::isnan(logits[i]) ? kNegInf : static_cast<double>(logits[i]); };
-  double m = kNegInf;
-  size_t n_pos_inf = 0;
-  for (size_t i = 0; i < n; ++i) {
-    m = std::max(m, val(i));
-    if (val(i) == kPosInf) ++n_pos_inf;
-  }
-  if (m == kNegInf) {
-    std::fill(out.begin(), out.end(), kNegInf);
-    return;
-  }
-  if (m == kPosInf) {
-    const double share = -std::log(static_cast<double>(n_pos_inf));
-    for (size_t i = 0; i < n; ++i) out[i] = val(i) == kPosInf ? share : kNegInf;
-    return;
-  }
-  double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) sum += std::exp(val(i) - m);
-  const double lse = m + std::log(sum);
-  for (size_t i = 0; i < n; ++i) out[i] = val(i) - lse;
 }
 
 }  // namespace deepinfer::sample

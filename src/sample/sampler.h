@@ -43,6 +43,7 @@
 #include <span>
 #include <vector>
 
+#include "core/logits.h"
 #include "deepinfer/outputs.h"
 #include "deepinfer/sampling_params.h"
 
@@ -105,8 +106,7 @@ class Sampler {
 void sample_batch(std::span<const SampleRequest> reqs, std::span<SampleResult> out,
                   core::ThreadPool* pool = nullptr);
 
-// Log-softmax of a raw row in fp64 (max, then sum of exp in ascending id order); NaN counts as
-// -inf. logits [vocab] fp32, out [vocab] fp64. An all -inf row gives all -inf.
-void log_softmax(std::span<const float> logits, std::span<double> out);
+// Log-softmax of a raw row (core::log_softmax: fp64, sums in ascending id order, NaN as -inf).
+using core::log_softmax;
 
 }  // namespace deepinfer::sample

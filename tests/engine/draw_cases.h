@@ -43,7 +43,7 @@ inline std::vector<float> draw_rows(int64_t n_rows, int64_t vocab, uint32_t seed
   return x;
 }
 
-// A grid of params; case c's seed is 1000 + c, its step c % 5.
+// A grid of params (every third asks for 0..20 logprobs); case c's seed is 1000 + c, its step c % 5.
 inline std::vector<SamplingParams> draw_param_grid() {
   std::vector<SamplingParams> out;
   for (float t : {0.0f, 0.7f, 1.0f, 1.6f})
@@ -55,6 +55,7 @@ inline std::vector<SamplingParams> draw_param_grid() {
           s.top_k = k;
           s.top_p = p;
           s.min_p = mp;
+          if (out.size() % 3 == 0) s.logprobs = static_cast<int>(out.size() % 7) + (out.size() % 9 == 0 ? 14 : 0);
           out.push_back(s);
         }
   return out;

@@ -1,5 +1,6 @@
 // The backend's draw (kernels::DrawParams through Backend::sample_rows) against the sampler:
-// on the CPU backend, every token is the one sample::Sampler draws from the same raw row.
+// on the CPU backend, every token and every requested logprob is the one sample::Sampler gives
+// for the same raw row.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,7 +20,7 @@ void expect_sampler_tokens(int64_t rows, int64_t vocab, const std::vector<Sampli
   auto be = kernels::make_cpu_backend(2);
   const std::vector<float> x = deepinfer::testing::draw_rows(rows, vocab, 5);
   sample::Sampler sampler;
-  int64_t checked = 0, sampled = 0;
+  int64_t checked = 0, sampled = 0, with_logprobs = 0;
   for (size_t c0 = 0; c0 < grid.size(); c0 += stride) {
     std::vector<kernels::DrawParams> dp(static_cast<size_t>(rows));
     std::vector<int32_t> ids(static_cast<size_t>(rows), -1);
@@ -27,7 +28,11 @@ void expect_sampler_tokens(int64_t rows, int64_t vocab, const std::vector<Sampli
       const size_t c = (c0 + static_cast<size_t>(r)) % grid.size();
       dp[static_cast<size_t>(r)] = deepinfer::testing::draw_case(grid[c], c);
     }
-    be->sample_rows({.x = x.data(), .params = dp.data(), .ids = ids.data(), .rows = rows, .cols = vocab});
+    const int64_t max_lp = 20;
+    std::vector<float> lp(static_cast<size_t>(rows)), top_lp(static_cast<size_t>(rows * max_lp));
+    std::vector<int32_t> top_ids(static_cast<size_t>(rows * max_lp));
+    be->sample_rows({.x = x.data(), .params = dp.data(), .ids = ids.data(), .rows = rows, .cols = vocab, .logprob = lp.data(),
+                     .top_ids = top_ids.data(), .top_logprobs = top_lp.data(), .max_logprobs = max_lp});
     for (int64_t r = 0; r < rows; ++r) {
       const size_t c = (c0 + static_cast<size_t>(r)) % grid.size();
       sample::SampleRequest q;
@@ -35,7 +40,20 @@ void expect_sampler_tokens(int64_t rows, int64_t vocab, const std::vector<Sampli
       q.params = &grid[c];
       q.seed = 1000 + c;
       q.step = c % 5;
-      const int32_t want = sampler.sample(q).token;
+      const sample::SampleResult res = sampler.sample(q);
+      const int32_t want = res.token;
+      if (res.logprob) {  // the sampler's logprobs, bitwise
+        EXPECT_EQ(lp[static_cast<size_t>(r)], res.logprob->logprob) << "row " << r << ", case " << c;
+        for (int64_t j = 0; j < max_lp; ++j) {
+          const bool in = j < static_cast<int64_t>(res.logprob->top.size());
+          const size_t at = static_cast<size_t>(r * max_lp + j);
+          EXPECT_EQ(top_ids[at], in ? res.logprob->top[static_cast<size_t>(j)].first : -1) << "row " << r << " top " << j;
+          if (in) {
+            EXPECT_EQ(top_lp[at], res.logprob->top[static_cast<size_t>(j)].second) << "row " << r << " top " << j;
+          }
+        }
+        ++with_logprobs;
+      }
       ASSERT_EQ(ids[static_cast<size_t>(r)], want) << "row " << r << " (kind " << r % 8 << "), case " << c << ": T "
                                                     << grid[c].temperature << " top_k " << grid[c].top_k << " top_p "
                                                     << grid[c].top_p << " min_p " << grid[c].min_p;
@@ -44,6 +62,7 @@ void expect_sampler_tokens(int64_t rows, int64_t vocab, const std::vector<Sampli
     }
   }
   EXPECT_GT(sampled, checked / 2);
+  EXPECT_GT(with_logprobs, 0);
 }
 
 }  // namespace

@@ -262,10 +262,10 @@ TEST(Engine, MemoryFractionBudgetsTheBackendsMemory) {
 class EngineOnDevice : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EngineOnDevice, RowsDrawnOnTheBackendGiveTheSamplersTokens) {
-  // Greedy and sampled requests (temperature, top-k, top-p, min-p) with nothing before the draw
-  // take their token from the backend (only the id comes back); the rest (logprobs, penalties,
-  // pending min_tokens) go through the sampler. Either way every output equals the all-sampler
-  // run's.
+  // Greedy and sampled requests (temperature, top-k, top-p, min-p, logprobs) with nothing before
+  // the draw take their token from the backend (only the id and the logprobs come back); the
+  // rest (penalties, pending min_tokens) go through the sampler. Either way every output equals
+  // the all-sampler run's.
   std::vector<Prompt> prompts;
   std::vector<SamplingParams> params;
   for (int i = 0; i < 12; ++i) {
@@ -276,7 +276,7 @@ TEST_P(EngineOnDevice, RowsDrawnOnTheBackendGiveTheSamplersTokens) {
     p.max_tokens = 5;
     p.ignore_eos = true;
     p.temperature = 0;
-    if (i % 6 == 1) p.logprobs = 1;
+    if (i % 6 == 1) p.logprobs = i % 4;
     if (i % 6 == 2) p.repetition_penalty = 1.3f;
     if (i % 6 == 3) p.min_tokens = 3;
     if (i % 6 == 4) {
@@ -288,6 +288,7 @@ TEST_P(EngineOnDevice, RowsDrawnOnTheBackendGiveTheSamplersTokens) {
       p.top_k = 50;
       p.top_p = 0.9f;
       p.min_p = 0.02f;
+      if (i == 11) p.logprobs = 2;
     }
     params.push_back(p);
   }
@@ -308,7 +309,16 @@ TEST_P(EngineOnDevice, RowsDrawnOnTheBackendGiveTheSamplersTokens) {
   for (size_t i = 0; i < ref.size(); ++i) {
     ASSERT_TRUE(ref[i].error.empty() && got[i].error.empty()) << ref[i].error << got[i].error;
     EXPECT_EQ(ref[i].outputs[0].token_ids, got[i].outputs[0].token_ids) << "request " << i;
-    EXPECT_EQ(ref[i].outputs[0].logprobs.size(), got[i].outputs[0].logprobs.size()) << "request " << i;
+    const auto &rl = ref[i].outputs[0].logprobs, &gl = got[i].outputs[0].logprobs;
+    ASSERT_EQ(rl.size(), gl.size()) << "request " << i;
+    for (size_t t = 0; t < rl.size(); ++t) {  // logprobs from the backend: the sampler's (CUDA: within fp64 rounding)
+      EXPECT_NEAR(rl[t].logprob, gl[t].logprob, 1e-5) << "request " << i << " token " << t;
+      ASSERT_EQ(rl[t].top.size(), gl[t].top.size()) << "request " << i << " token " << t;
+      for (size_t j = 0; j < rl[t].top.size(); ++j) {
+        EXPECT_EQ(rl[t].top[j].first, gl[t].top[j].first) << "request " << i << " token " << t;
+        EXPECT_NEAR(rl[t].top[j].second, gl[t].top[j].second, 1e-5) << "request " << i << " token " << t;
+      }
+    }
     EXPECT_EQ(got[i].outputs[0].token_ids.size(), 5u);
   }
 }

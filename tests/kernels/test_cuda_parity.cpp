@@ -476,25 +476,31 @@ TEST(CudaSelect, GreedyDrawIsTheCpusArgmaxRule) {
 
 TEST(CudaSelect, DrawsAreTheCpuBackendsTokens) {
   // Every row kind of draw_cases.h at the released vocabulary under the whole params grid: the
-  // GPU's tokens equal the CPU backend's (which are the sampler's, test_backend_draw.cpp).
+  // GPU's tokens equal the CPU backend's (which are the sampler's, test_backend_draw.cpp), and so
+  // do the requested logprobs' ids (their values within 1e-6: fp64 sums in another order).
   // A row's token is also the same alone as in its batch.
   Backends b;
   const int64_t rows = 16, V = 129280;
   const auto x = deepinfer::testing::draw_rows(rows, V, 5);
   const auto grid = deepinfer::testing::draw_param_grid();
   Dev<float> dx(x);
-  int64_t checked = 0, differ = 0;
+  int64_t checked = 0, differ = 0, with_logprobs = 0;
+  constexpr int64_t kLp = 20;
   for (size_t c0 = 0; c0 < grid.size(); c0 += 3) {
     std::vector<DrawParams> dp(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) {
       const size_t c = (c0 + static_cast<size_t>(r)) % grid.size();
       dp[static_cast<size_t>(r)] = deepinfer::testing::draw_case(grid[c], c);
     }
-    std::vector<int32_t> cpu(static_cast<size_t>(rows));
-    b.cpu->sample_rows({.x = x.data(), .params = dp.data(), .ids = cpu.data(), .rows = rows, .cols = V});
+    std::vector<int32_t> cpu(static_cast<size_t>(rows)), cpu_top(static_cast<size_t>(rows * kLp));
+    std::vector<float> cpu_lp(static_cast<size_t>(rows)), cpu_top_lp(static_cast<size_t>(rows * kLp));
+    b.cpu->sample_rows({.x = x.data(), .params = dp.data(), .ids = cpu.data(), .rows = rows, .cols = V, .logprob = cpu_lp.data(),
+                        .top_ids = cpu_top.data(), .top_logprobs = cpu_top_lp.data(), .max_logprobs = kLp});
     Dev<DrawParams> dparams(dp);
-    Dev<int32_t> dids(static_cast<size_t>(rows)), one(1);
-    b.gpu->sample_rows({.x = dx.p, .params = dparams.p, .ids = dids.p, .rows = rows, .cols = V});
+    Dev<int32_t> dids(static_cast<size_t>(rows)), one(1), dtop(static_cast<size_t>(rows * kLp));
+    Dev<float> dlp(static_cast<size_t>(rows)), dtop_lp(static_cast<size_t>(rows * kLp));
+    b.gpu->sample_rows({.x = dx.p, .params = dparams.p, .ids = dids.p, .rows = rows, .cols = V, .logprob = dlp.p,
+                        .top_ids = dtop.p, .top_logprobs = dtop_lp.p, .max_logprobs = kLp});
     const int64_t r1 = static_cast<int64_t>(c0 / 3) % rows;  // one row alone
     b.gpu->sample_rows({.x = dx.p + r1 * V, .params = dparams.p + r1, .ids = one.p, .rows = 1, .cols = V});
     b.gpu->synchronize();
@@ -510,9 +516,25 @@ TEST(CudaSelect, DrawsAreTheCpuBackendsTokens) {
       }
     }
     EXPECT_EQ(one.get()[0], gpu[static_cast<size_t>(r1)]) << "row " << r1 << " alone";
+    const auto g_lp = dlp.get(), g_top_lp = dtop_lp.get();
+    const auto g_top = dtop.get();
+    for (int64_t r = 0; r < rows; ++r) {
+      if (dp[static_cast<size_t>(r)].logprobs < 0) continue;
+      ++with_logprobs;
+      const auto i = static_cast<size_t>(r);
+      if (std::isinf(cpu_lp[i])) EXPECT_EQ(g_lp[i], cpu_lp[i]) << "row " << r;
+      else EXPECT_NEAR(g_lp[i], cpu_lp[i], 1e-6) << "row " << r;
+      for (int64_t j = 0; j < kLp; ++j) {
+        const auto at = static_cast<size_t>(r * kLp + j);
+        EXPECT_EQ(g_top[at], cpu_top[at]) << "row " << r << " top " << j;
+        if (std::isinf(cpu_top_lp[at])) EXPECT_EQ(g_top_lp[at], cpu_top_lp[at]) << "row " << r << " top " << j;
+        else EXPECT_NEAR(g_top_lp[at], cpu_top_lp[at], 1e-6) << "row " << r << " top " << j;
+      }
+    }
   }
-  std::printf("[draws] %lld rows drawn, %lld differ from the CPU backend\n", static_cast<long long>(checked),
-              static_cast<long long>(differ));
+  std::printf("[draws] %lld rows drawn, %lld differ from the CPU backend; %lld with logprobs\n", static_cast<long long>(checked),
+              static_cast<long long>(differ), static_cast<long long>(with_logprobs));
+  EXPECT_GT(with_logprobs, 0);
 }
 
 TEST(CudaMemory, RoundTrip) {

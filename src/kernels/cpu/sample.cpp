@@ -6,10 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <utility>
 #include <vector>
 
-#include "core/rng.h"
+#include "core/logits.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace deepinfer::kernels::cpu {
@@ -97,8 +98,23 @@ int32_t draw_row(const float* l, int64_t n, const DrawParams& p, Scratch& s) {
 void sample_rows(core::ThreadPool& pool, const SampleRowsArgs& a) {
   pool.parallel_for(a.rows, [&](int64_t r0, int64_t r1) {
     Scratch s;
-    for (int64_t r = r0; r < r1; ++r)
-      a.ids[r] = draw_row(a.x + r * a.cols, a.cols, a.params ? a.params[r] : DrawParams{}, s);
+    std::vector<double> lp;
+    for (int64_t r = r0; r < r1; ++r) {
+      const DrawParams p = a.params ? a.params[r] : DrawParams{};
+      const float* row = a.x + r * a.cols;
+      const int32_t tok = draw_row(row, a.cols, p, s);
+      a.ids[r] = tok;
+      if (p.logprobs < 0 || !a.logprob) continue;
+      lp.resize(static_cast<size_t>(a.cols));
+      core::log_softmax(std::span<const float>(row, static_cast<size_t>(a.cols)), lp);
+      a.logprob[r] = static_cast<float>(lp[static_cast<size_t>(tok)]);
+      const auto top = core::top_n(lp, std::min<int64_t>(p.logprobs, a.max_logprobs));
+      for (int64_t j = 0; j < a.max_logprobs; ++j) {
+        const bool in = j < static_cast<int64_t>(top.size());
+        a.top_ids[r * a.max_logprobs + j] = in ? top[static_cast<size_t>(j)].first : -1;
+        a.top_logprobs[r * a.max_logprobs + j] = in ? static_cast<float>(top[static_cast<size_t>(j)].second) : 0.0f;
+      }
+    }
   }, 1);
 }
 

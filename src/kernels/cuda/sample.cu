@@ -47,6 +47,7 @@ struct Shared {
   double sw[kSortCap];
   int32_t sid[kSortCap];
   int count;
+  int64_t token;
 };
 
 // f(i, p[i]) for this thread's ids i = threadIdx.x + j * kT, eight loads in flight at a time
@@ -92,6 +93,35 @@ __device__ double block_sum_d(double v, Shared& sh) {
   return t;
 }
 
+// The block's best (value descending, then id ascending; id -1 = none) of every thread's
+// (bv, bi); every thread gets it. sv, si: [32] in shared memory.
+template <class V>
+__device__ void block_best(V& bv, int64_t& bi, V* sv, int64_t* si) {
+  auto better = [](V v, int64_t i, V w, int64_t j) { return j < 0 || (i >= 0 && (v > w || (v == w && i < j))); };
+  for (int o = 16; o > 0; o >>= 1) {
+    const V ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
+  if (lane == 0) {
+    sv[warp] = bv;
+    si[warp] = bi;
+  }
+  __syncthreads();
+  bv = sv[0];
+  bi = si[0];
+  for (int w = 1; w < kT / 32; ++w)
+    if (better(sv[w], si[w], bv, bi)) {
+      bv = sv[w];
+      bi = si[w];
+    }
+}
+
 // The largest value with ties to the lowest id, NaN as -inf; id -1 when nothing is above -inf.
 __device__ void block_argmax(const float* x, int64_t n, float& best_v, int64_t& best_i, Shared& sh) {
   float bv = -INFINITY;
@@ -102,29 +132,7 @@ __device__ void block_argmax(const float* x, int64_t n, float& best_v, int64_t& 
       bi = c;
     }
   });
-  auto better = [](float v, int64_t i, float w, int64_t j) { return j < 0 || (i >= 0 && (v > w || (v == w && i < j))); };
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (better(ov, oi, bv, bi)) {
-      bv = ov;
-      bi = oi;
-    }
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();
-  if (lane == 0) {
-    sh.bv[warp] = bv;
-    sh.bi[warp] = bi;
-  }
-  __syncthreads();
-  bv = sh.bv[0];
-  bi = sh.bi[0];
-  for (int w = 1; w < kT / 32; ++w)
-    if (better(sh.bv[w], sh.bi[w], bv, bi)) {
-      bv = sh.bv[w];
-      bi = sh.bi[w];
-    }
+  block_best(bv, bi, sh.bv, sh.bi);
   best_v = bv;
   best_i = bi;
 }
@@ -342,19 +350,12 @@ __device__ void top_p_cut(Row& r, double top_p, Shared& sh) {
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* scratch) {
-  __shared__ Shared sh;
-  const DrawParams p = a.params ? a.params[blockIdx.x] : DrawParams{};
+// The drawn token of a sampled row (temperature >= 1e-5, something finite): valid in thread 0
+// (the others return -1); every thread must call it.
+__device__ int64_t draw_token(const float* l, int64_t n, const DrawParams& p, float lmax, double* w_row, Shared& sh) {
   Row r{};
-  r.l = a.x + static_cast<int64_t>(blockIdx.x) * a.cols;
-  r.n = a.cols;
-  float lmax;
-  int64_t imax;
-  block_argmax(r.l, r.n, lmax, imax, sh);
-  if (!(p.temperature >= 1e-5f) || imax < 0) {  // greedy, or nothing finite: 0
-    if (threadIdx.x == 0) a.ids[blockIdx.x] = static_cast<int32_t>(imax < 0 ? 0 : imax);
-    return;
-  }
+  r.l = l;
+  r.n = n;
   r.temp = static_cast<double>(p.temperature);
   r.inf_mode = lmax == INFINITY;
   r.m = r.inf_mode ? 0.0 : static_cast<double>(lmax) / r.temp;
@@ -367,7 +368,7 @@ __global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* sc
       r.topk_on = true;
     }
   }
-  r.w = scratch + static_cast<int64_t>(blockIdx.x) * r.n;
+  r.w = w_row;
   for_strided(r.l, r.n, [&](int64_t i, float v) { r.w[i] = r.weight_of(v); });
   __syncthreads();
   if (p.top_p < 1.0f) top_p_cut(r, static_cast<double>(p.top_p), sh);
@@ -389,7 +390,7 @@ __global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* sc
   for (int o = 16; o > 0; o >>= 1) last = max(last, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, last, o)));
   if (threadIdx.x % 32 == 0) sh.bi[threadIdx.x / 32] = last;
   __syncthreads();
-  if (threadIdx.x >= 32) return;
+  if (threadIdx.x >= 32) return -1;
   // Warp 0: lane l sums chunks [32 l, 32 l + 32) in order, lane 0 the lane sums in order; the
   // crossing is found the same way down, then in the chunk's ids.
   const int lane = static_cast<int>(threadIdx.x);
@@ -397,7 +398,7 @@ __global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* sc
   for (int j = 0; j < 32; ++j) ls += sh.chunk_sum[lane * 32 + j];
   sh.part[lane] = ls;
   __syncwarp();
-  if (lane != 0) return;
+  if (lane != 0) return -1;
   int64_t last_all = -1;
   for (int w = 0; w < kT / 32; ++w) last_all = max(last_all, sh.bi[w]);
   double total = 0.0;
@@ -426,7 +427,80 @@ __global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* sc
       }
     }
   }
-  a.ids[blockIdx.x] = static_cast<int32_t>(tok);
+  return tok;
+}
+
+// Logprobs of a row (core::log_softmax's rule: fp64, NaN as -inf, +inf values sharing the mass)
+// for the drawn token and the best n (value descending, id ascending), by n block passes.
+__device__ void row_logprobs(const float* l, int64_t n, float lmax, int64_t imax, int64_t tok, int top,
+                             float* tok_lp, int32_t* top_ids, float* top_lp, int64_t max_top, Shared& sh) {
+  const bool none = imax < 0, inf_mode = lmax == INFINITY;
+  double lse = 0.0, share = 0.0;
+  if (inf_mode) {
+    int c = 0;
+    for_strided(l, n, [&](int64_t, float v) { c += v == INFINITY; });
+    share = -log(static_cast<double>(block_sum_i(c, sh.ipart)));
+  } else if (!none) {
+    const double m = lmax;
+    double sum = 0.0;
+    for_strided(l, n, [&](int64_t, float v) { sum += isnan(v) ? 0.0 : exp(static_cast<double>(v) - m); });
+    lse = m + log(block_sum_d(sum, sh));
+  }
+  auto lp = [&](float v) -> double {
+    if (none || isnan(v)) return -INFINITY;
+    if (inf_mode) return v == INFINITY ? share : -INFINITY;
+    return static_cast<double>(v) - lse;
+  };
+  if (threadIdx.x == 0) *tok_lp = static_cast<float>(lp(l[tok]));
+  // Rank key: the logprob's order (the logit, or for +inf rows +inf first), ties by id.
+  auto key = [&](float v) -> double { return inf_mode ? (v == INFINITY ? 1.0 : -INFINITY) : (isnan(v) ? -INFINITY : v); };
+  const int count = static_cast<int>(min(min(static_cast<int64_t>(top), max_top), n));
+  double last_v = INFINITY;
+  int64_t last_i = -1;
+  for (int j = 0; j < count; ++j) {
+    double bv = -INFINITY;
+    int64_t bi = -1;
+    for_strided(l, n, [&](int64_t i, float v) {
+      const double kv = key(v);
+      const bool after = kv < last_v || (kv == last_v && i > last_i);
+      if (after && (bi < 0 || kv > bv)) {  // ascending ids per thread: the first of a tie stays
+        bv = kv;
+        bi = i;
+      }
+    });
+    block_best(bv, bi, sh.part, sh.bi);
+    if (threadIdx.x == 0) {
+      top_ids[j] = static_cast<int32_t>(bi);
+      top_lp[j] = static_cast<float>(lp(l[bi]));
+    }
+    last_v = bv;
+    last_i = bi;
+  }
+  if (threadIdx.x == 0)
+    for (int64_t j = count; j < max_top; ++j) {
+      top_ids[j] = -1;
+      top_lp[j] = 0.0f;
+    }
+}
+
+__global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* scratch) {
+  __shared__ Shared sh;
+  const int64_t row = blockIdx.x;
+  const DrawParams p = a.params ? a.params[row] : DrawParams{};
+  const float* l = a.x + row * a.cols;
+  float lmax;
+  int64_t imax;
+  block_argmax(l, a.cols, lmax, imax, sh);
+  int64_t tok = imax < 0 ? 0 : imax;  // greedy, or nothing finite: 0
+  if (p.temperature >= 1e-5f && imax >= 0) tok = draw_token(l, a.cols, p, lmax, scratch + row * a.cols, sh);
+  if (threadIdx.x == 0) {
+    a.ids[row] = static_cast<int32_t>(tok);
+    sh.token = tok;
+  }
+  if (p.logprobs < 0 || !a.logprob) return;
+  __syncthreads();
+  row_logprobs(l, a.cols, lmax, imax, sh.token, p.logprobs, a.logprob + row, a.top_ids + row * a.max_logprobs,
+               a.top_logprobs + row * a.max_logprobs, a.max_logprobs, sh);
 }
 
 }  // namespace
@@ -446,6 +520,11 @@ void sample_rows(const SampleRowsArgs& a, void* scratch, cudaStream_t s) {
     part.x += r0 * a.cols;
     if (part.params) part.params += r0;
     part.ids += r0;
+    if (part.logprob) {
+      part.logprob += r0;
+      part.top_ids += r0 * a.max_logprobs;
+      part.top_logprobs += r0 * a.max_logprobs;
+    }
     part.rows = std::min<int64_t>(kRowsPerLaunch, a.rows - r0);
     sample_rows_k<<<static_cast<unsigned>(part.rows), kT, 0, s>>>(part, static_cast<double*>(scratch));
     DI_CUDA_LAUNCHED();
