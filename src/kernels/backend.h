@@ -161,6 +161,9 @@ struct AttentionArgs {
   const int32_t* q_seq = nullptr;      // [s]
   int64_t n_seqs = 0;
   int64_t max_t_win = 0, max_t_comp = 0;  // the largest over the sequences (launch sizing)
+  // At most this many compressed entries are selected per query (the indexer's top-k): launch
+  // sizing only, 0 = up to t_comp. A wrong bound costs speed, never entries.
+  int64_t max_selected = 0;
 };
 
 // Independent copies in one op (e.g. every sequence's new window entries into its ring).

@@ -620,7 +620,7 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     be_.attention({.q = s.q.data(), .q_pos = s.d_pos.data(), .sink = A.attn_sink, .out = s.o.data(), .s = n, .heads = H,
                    .head_dim = hd, .window = c.sliding_window, .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
                    .seqs = d_seqs.data(), .q_seq = d_q_seq.data(), .n_seqs = static_cast<int64_t>(seqs.size()),
-                   .max_t_win = max_t_win, .max_t_comp = max_t_comp});
+                   .max_t_win = max_t_win, .max_t_comp = max_t_comp, .max_selected = c.index_topk});
   }
   // Every ring keeps its last window-1 entries: the new rows' FP8 codes and scales copied in.
   std::vector<kernels::CopyDesc> ring_writes;

@@ -58,7 +58,7 @@ double finite_rel_err(const std::vector<float>& a, const std::vector<float>& b) 
 // queries run again alone must give their rows' bits.
 void check_attention(Backends& b, int64_t S, int64_t H, int64_t hd, int64_t window, int64_t cached, int64_t stale,
                      int64_t t_comp, int64_t n_sel, bool blind_first, uint32_t seed, const std::string& what,
-                     Backend* bf16_gpu = nullptr) {
+                     Backend* bf16_gpu = nullptr, int64_t max_selected = 0) {
   std::mt19937 g(seed);
   const int64_t p0 = 5000, tw = cached + S + stale;
   std::vector<int64_t> qpos(static_cast<size_t>(S)), wpos(static_cast<size_t>(tw));
@@ -92,7 +92,7 @@ void check_attention(Backends& b, int64_t S, int64_t H, int64_t hd, int64_t wind
   Dev<uint8_t> dsel(sel);
   gpu.attention({.q = dq.p, .q_pos = dqpos.p, .win = dwin.p, .win_pos = dwpos.p, .comp = with_comp ? dcomp.p : nullptr,
                  .comp_sel = with_comp ? dsel.p : nullptr, .sink = dsink.p, .out = dout.p, .s = S, .heads = H, .head_dim = hd,
-                 .t_win = tw, .t_comp = t_comp, .window = window, .scale = sc});
+                 .t_win = tw, .t_comp = t_comp, .window = window, .scale = sc, .max_selected = max_selected});
   gpu.synchronize();
   const auto got = dout.get();
   const double e = rel_err(out, got);
@@ -104,7 +104,7 @@ void check_attention(Backends& b, int64_t S, int64_t H, int64_t hd, int64_t wind
     gpu.attention({.q = dq.p + r0 * H * hd, .q_pos = dqpos.p + r0, .win = dwin.p, .win_pos = dwpos.p,
                    .comp = with_comp ? dcomp.p : nullptr, .comp_sel = with_comp ? dsel.p + r0 * tc : nullptr,
                    .sink = dsink.p, .out = dalone.p, .s = 3, .heads = H, .head_dim = hd, .t_win = tw, .t_comp = t_comp,
-                   .window = window, .scale = sc});
+                   .window = window, .scale = sc, .max_selected = max_selected});
     gpu.synchronize();
     const auto alone = dalone.get();
     EXPECT_EQ(0, std::memcmp(alone.data(), got.data() + r0 * H * hd, alone.size() * sizeof(float)))
@@ -127,6 +127,10 @@ TEST(CudaPrefill, AttentionReleasedShapes) {
   check_attention(b, 3, 64, 512, 4096, 4000, 0, 300, 120, false, 105, "S=3 64x512 window 4096 (split)");
   check_attention(b, 280, 8, 512, 4096, 4000, 0, 300, 120, false, 106, "S=280 8x512 window 4096 (list in batches)");
   check_attention(b, 300, 4, 32, 4096, 4000, 0, 300, 120, false, 107, "S=300 4x32 window 4096 (list in batches)");
+  // The selection bound sizes the launch (2 segments instead of 5 here); a bound below the
+  // truth (8 of 512) makes one segment take everything, never drops entries.
+  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 512", nullptr, 512);
+  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 8 (wrong)", nullptr, 8);
 }
 
 TEST(CudaPrefill, AttentionOnTheTensorCores) {
@@ -145,6 +149,8 @@ TEST(CudaPrefill, AttentionOnTheTensorCores) {
   check_attention(b, 140, 40, 128, 16, 20, 5, 200, 30, false, 109, "S=140 40x128", bf16.get());
   check_attention(b, 140, 130, 64, 16, 20, 5, 200, 30, false, 110, "S=140 130x64 (three head blocks)", bf16.get());
   check_attention(b, 3, 33, 256, 16, 20, 5, 200, 30, true, 111, "S=3 33x256", bf16.get());
+  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 512", bf16.get(), 512);
+  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 8 (wrong)", bf16.get(), 8);
 }
 
 TEST(CudaPrefill, AttentionOtherShapes) {

@@ -193,8 +193,10 @@ struct VisibleList {
 template <int T>
 __device__ void start_split(VisibleList<T>& vl, const AttentionArgs& a, int nsplit, int split, int64_t c_all, int64_t h0,
                             int hc, float* s_m, float* s_l) {
-  vl.start(nsplit > 1 ? static_cast<int64_t>(split) * kAttnSeg : 0,
-           nsplit > 1 ? static_cast<int64_t>(split + 1) * kAttnSeg : INT64_MAX, c_all);
+  // The last split takes every ordinal left: the launch's bound on the visible entries sizes
+  // the splits, it never drops entries.
+  vl.start(static_cast<int64_t>(split) * kAttnSeg, split + 1 < nsplit ? static_cast<int64_t>(split + 1) * kAttnSeg : INT64_MAX,
+           c_all);
   for (int h = threadIdx.x; h < hc; h += T) {
     const bool valid = h0 + h < a.heads;
     s_m[h] = split == 0 ? (valid ? a.sink[h0 + h] : 0.0f) : -INFINITY;
@@ -637,10 +639,12 @@ void launch_attention(AttnKernel kern, size_t bytes, int heads_per_cta, int thre
   }
   const int64_t hb = ceil_div(a.heads, heads_per_cta);
   // Segments: enough for the most entries a query can see (its window plus every compressed
-  // entry, at most all candidates); with one segment the kernel finishes the softmax itself.
+  // entry it may select, at most all candidates); with one segment the kernel finishes the
+  // softmax itself.
   const bool multi = a.seqs != nullptr;
   const int64_t t_win = multi ? a.max_t_win : a.t_win;
-  const int64_t t_comp = multi ? a.max_t_comp : ((a.comp && a.comp_sel) ? a.t_comp : 0);
+  int64_t t_comp = multi ? a.max_t_comp : ((a.comp && a.comp_sel) ? a.t_comp : 0);
+  if (a.max_selected > 0) t_comp = std::min(t_comp, a.max_selected);
   const int64_t bound = std::min<int64_t>(t_win + t_comp, a.window + t_comp);
   const int nsplit = static_cast<int>(std::max<int64_t>(1, ceil_div(bound, kAttnSeg)));
   if (nsplit == 1) {
