@@ -60,22 +60,32 @@ for stage in $STAGES; do
       ./build/cuda/bench/bench_device ${BENCH_ARGS:-} >> "$R" 2>&1
       ;;
     engine)
-      # End to end through the CLI: run-batch of 128 token-id prompts x 1024, 128 greedy tokens
-      # each, random bf16 weights of the bench shape.
-      echo "== run-batch on --device cuda (v41-flash-l16-e64, random bf16 weights)" >> "$R"
-      python3 -c '
-import json, random
+      # End to end through the CLI: run-batch of 128 token-id prompts x 1024, 128 tokens each,
+      # random bf16 weights of the bench shape: greedy, then sampled (temperature 0.8, top-p
+      # 0.95, every fourth request with 5 logprobs; drawn on the GPU).
+      for mode in greedy sampled; do
+        echo "== run-batch on --device cuda (v41-flash-l16-e64, random bf16 weights), $mode" >> "$R"
+        MODE=$mode python3 -c '
+import json, os, random
 random.seed(0)
+sampled = os.environ["MODE"] == "sampled"
 for i in range(128):
     ids = [random.randrange(3, 120000) for _ in range(1024)]
-    print(json.dumps({"custom_id": f"r{i}", "body": {"prompt_token_ids": ids, "max_tokens": 128, "temperature": 0, "ignore_eos": True}}))
+    body = {"prompt_token_ids": ids, "max_tokens": 128, "temperature": 0, "ignore_eos": True}
+    if sampled:
+        body.update({"temperature": 0.8, "top_p": 0.95, "seed": i})
+        if i % 4 == 0:
+            body["logprobs"] = 5
+    print(json.dumps({"custom_id": f"r{i}", "body": body}))
 ' > "$OUT/engine_in.jsonl"
-      ./build/cuda/deepinfer run-batch --model bench/configs/v41-flash-l16-e64 --load-format random --device cuda \
-        --dtype bfloat16 --max-num-seqs 128 --max-num-batched-tokens 8192 --input "$OUT/engine_in.jsonl" \
-        --output "$OUT/engine_out.jsonl" --metrics "$OUT/engine_metrics.json" >> "$R" 2>&1
-      echo "run-batch exit $?" >> "$R"
-      cat "$OUT/engine_metrics.json" >> "$R" 2>/dev/null
-      rm -f "$OUT/engine_in.jsonl" "$OUT/engine_out.jsonl"
+        ./build/cuda/deepinfer run-batch --model bench/configs/v41-flash-l16-e64 --load-format random --device cuda \
+          --dtype bfloat16 --max-num-seqs 128 --max-num-batched-tokens 8192 --input "$OUT/engine_in.jsonl" \
+          --output "$OUT/engine_out.jsonl" --metrics "$OUT/engine_metrics.json" >> "$R" 2>&1
+        echo "run-batch exit $?" >> "$R"
+        cat "$OUT/engine_metrics.json" >> "$R" 2>/dev/null
+        echo >> "$R"
+        rm -f "$OUT/engine_in.jsonl" "$OUT/engine_out.jsonl"
+      done
       ;;
     profile)
       echo "== per-op profile, decode at batch 1 (bench_device --device cuda-profile ${PROFILE_ARGS:-})" >> "$R"
