@@ -162,7 +162,8 @@ struct AttentionArgs {
   int64_t n_seqs = 0;
   int64_t max_t_win = 0, max_t_comp = 0;  // the largest over the sequences (launch sizing)
   // At most this many compressed entries are selected per query (the indexer's top-k): launch
-  // sizing only, 0 = up to t_comp. A wrong bound costs speed, never entries.
+  // sizing only, 0 = up to t_comp. A bound below the truth never drops entries, but the rows'
+  // bits then depend on the launch (the segments are sized from the bound).
   int64_t max_selected = 0;
 };
 

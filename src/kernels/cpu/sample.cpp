@@ -107,7 +107,7 @@ void sample_rows(core::ThreadPool& pool, const SampleRowsArgs& a) {
       if (p.logprobs < 0 || !a.logprob) continue;
       lp.resize(static_cast<size_t>(a.cols));
       core::log_softmax(std::span<const float>(row, static_cast<size_t>(a.cols)), lp);
-      a.logprob[r] = static_cast<float>(lp[static_cast<size_t>(tok)]);
+      a.logprob[r] = a.cols > 0 ? static_cast<float>(lp[static_cast<size_t>(tok)]) : -INFINITY;
       const auto top = core::top_n(lp, std::min<int64_t>(p.logprobs, a.max_logprobs));
       for (int64_t j = 0; j < a.max_logprobs; ++j) {
         const bool in = j < static_cast<int64_t>(top.size());

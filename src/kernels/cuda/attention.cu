@@ -118,6 +118,8 @@ struct VisibleList {
   int64_t cand, ord, base_ord, lo, hi, c_all;
   int n_list;
 
+  // A batch that is not the last holds at least one whole tile (else a round could add nothing).
+  static_assert(kAttnListCap >= CH + kAttnTile, "list capacity");
   __device__ void start(int64_t lo_, int64_t hi_, int64_t c_all_) {
     lo = lo_;
     hi = hi_;
@@ -221,7 +223,7 @@ __device__ void store_split_ml(float* part_ml, int64_t tl, int nsplit, int split
 // and the factor alpha its accumulator is rescaled by.
 __device__ inline float softmax_tile_step(float sv, int lane, int ne, float* m, float* l, float* alpha) {
   const float mo = *m, mn = fmaxf(mo, warp_max(sv));
-  const float pe = lane < ne ? expf(sv - mn) : 0.0f;
+  const float pe = lane < ne && mn != -INFINITY ? expf(sv - mn) : 0.0f;  // nothing finite yet: no weight
   const float ls = warp_sum(pe);  // every lane has read *m: the shuffles synchronise the warp
   if (lane == 0) {
     const float al = mo == mn ? 1.0f : expf(mo - mn);
@@ -439,8 +441,9 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
 
 // ---------------------------------------------------------------------------------------
 // Attention on the tensor cores (bf16 backends): a CTA of 8 warps per (query, 64 heads, split).
-// Q (64 heads x D) and each tile of 32 visible entries go to shared memory as bf16 (exact on a
-// bf16 backend, whose activations are bf16 values); S = Q·Kᵀ by mma.sync (warp w: heads
+// Q (64 heads x D) and each tile of 32 visible entries go to shared memory rounded to bf16 (the
+// FP8 window and compressed entries are exact; Q after RoPE is rounded here, as in any bf16
+// attention); S = Q·Kᵀ by mma.sync (warp w: heads
 // 16 (w % 4) .. +16, entries 16 (w / 4) .. +16); the online softmax per head as in the float32
 // kernel (denominator in float32, P rounded to bf16 for the product); O = O·alpha + P·V in
 // registers (warp w: heads 16 (w % 4) .. +16, channels D/2 (w / 4) .. +D/2; V = K, the same

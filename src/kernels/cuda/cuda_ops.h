@@ -26,7 +26,7 @@ int64_t hc_mixes_scratch(int64_t rows);
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s);
 void hc_expand(const HcExpandArgs& a, cudaStream_t s);
 void engram_gate(const EngramGateArgs& a, cudaStream_t s);
-// bf16: the backend's activations are bf16 values (the tensor-core kernel is exact on them).
+// bf16: a bf16 backend (its tensor-core kernel rounds Q and the entries to bf16).
 void attention(const AttentionArgs& a, bool bf16, cudaStream_t s);
 void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s);
 void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s);

@@ -4,8 +4,9 @@
 // Every reduction has a fixed shape (a thread's ids in a fixed order, then a fixed tree over
 // threads, no float atomics), so a row's token depends only on its logits and its params:
 // the same alone or in any batch. The CPU backend sums in plain ascending id order, so the two
-// can differ only where a cumulative weight lands within rounding of the drawn target (the
-// tests draw the same tokens on both).
+// can differ only where a sum lands within rounding of a threshold: the drawn target, top-p's
+// limit (top_p times the total), or a logprob's last bit (the tests draw the same tokens on
+// both). Columns: fewer than 2^26.
 //
 // Steps per row: the largest logit (greedy rows stop there); top-k's threshold by a radix
 // select over the logits' order-preserving keys (x = logit / T is monotone in the logit); the
@@ -19,6 +20,9 @@
 #include <cmath>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 #include "kernels/cuda/block_select.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -417,7 +421,7 @@ __device__ int64_t draw_token(const float* l, int64_t n, const DrawParams& p, fl
     cum += sh.part[l];
   }
   int64_t tok = last_all < 0 ? 0 : last_all;
-  for (int64_t i = static_cast<int64_t>(j) * chunk; i < r.n; ++i) {
+  for (int64_t i = static_cast<int64_t>(j) * chunk; i <= last_all; ++i) {  // nothing is kept past last_all
     const double w = r.w[i];
     if (w > 0.0 && r.cut_keeps(w, i)) {
       cum += w;
@@ -452,8 +456,8 @@ __device__ void row_logprobs(const float* l, int64_t n, float lmax, int64_t imax
     return static_cast<double>(v) - lse;
   };
   if (threadIdx.x == 0) *tok_lp = static_cast<float>(lp(l[tok]));
-  // Rank key: the logprob's order (the logit, or for +inf rows +inf first), ties by id.
-  auto key = [&](float v) -> double { return inf_mode ? (v == INFINITY ? 1.0 : -INFINITY) : (isnan(v) ? -INFINITY : v); };
+  // Ranked by the logprob itself (tiny logits can share one), ties by id: core::top_n's order.
+  auto key = [&](float v) -> double { return lp(v); };
   const int count = static_cast<int>(min(min(static_cast<int64_t>(top), max_top), n));
   double last_v = INFINITY;
   int64_t last_i = -1;
@@ -511,8 +515,20 @@ int64_t sample_rows_scratch_bytes(const SampleRowsArgs& a) {
 
 void sample_rows(const SampleRowsArgs& a, void* scratch, cudaStream_t s) {
   if (a.rows == 0) return;
+  // 16-bit digit counters per thread, int32 ids, the top-p margin's n * eps << 1e-9.
+  if (a.cols >= (int64_t{1} << 26)) {
+    std::fprintf(stderr, "deepinfer: CUDA sample_rows supports up to 2^26 columns, got %lld\n", static_cast<long long>(a.cols));
+    std::abort();
+  }
   if (a.cols == 0) {
     DI_CUDA_CHECK(cudaMemsetAsync(a.ids, 0, static_cast<size_t>(a.rows) * sizeof(int32_t), s));
+    if (a.logprob) {  // nothing to rank: -inf, no top entries
+      std::vector<float> lp(static_cast<size_t>(a.rows), -INFINITY);
+      DI_CUDA_CHECK(cudaMemcpyAsync(a.logprob, lp.data(), lp.size() * sizeof(float), cudaMemcpyHostToDevice, s));
+      DI_CUDA_CHECK(cudaMemsetAsync(a.top_ids, 0xFF, static_cast<size_t>(a.rows * a.max_logprobs) * sizeof(int32_t), s));
+      DI_CUDA_CHECK(cudaMemsetAsync(a.top_logprobs, 0, static_cast<size_t>(a.rows * a.max_logprobs) * sizeof(float), s));
+      DI_CUDA_CHECK(cudaStreamSynchronize(s));  // lp is a host temporary
+    }
     return;
   }
   for (int64_t r0 = 0; r0 < a.rows; r0 += kRowsPerLaunch) {
