@@ -15,6 +15,8 @@
 
 namespace deepinfer::engine {
 
+static_assert(kernels::kDrawGreedyTemperature == sample::kGreedyTemperature, "one greedy threshold");
+
 kernels::DrawParams draw_params(const SamplingParams& p, uint64_t seed, uint64_t step, uint64_t stream) {
   kernels::DrawParams d;
   d.logprobs = p.logprobs ? *p.logprobs : -1;
@@ -165,8 +167,9 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
   };
 
   // A row the backend can draw: nothing changes its logits before the sampler's draw (no
-  // penalties, mask, pending min_tokens); its logprobs (of the raw row) come from there too. The uniform is the one the
-  // sampler would use for this token (the request's seed, output position and completion).
+  // penalties, mask, pending min_tokens); its logprobs (of the raw row) come from there too. The
+  // uniform is the one the sampler would use for this token (the request's seed, output position
+  // and completion).
   const auto draw_on_backend = [&](const sched::Sequence& s) -> std::optional<kernels::DrawParams> {
     if (!opts_.sample_on_backend) return std::nullopt;
     const Live& L = *live[s.request];

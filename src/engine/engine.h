@@ -44,9 +44,9 @@ struct EngineOptions {
   // Rows with nothing to apply before the draw (no penalties, structured output or pending
   // min_tokens) are drawn on the backend (kernels::DrawParams: greedy, temperature, top-k,
   // top-p, min-p, with the request's seeded uniform from the host): only the token and the
-  // requested logprobs come back, no logits row. The CPU backend draws exactly the sampler's token; CUDA sums
-  // in another fixed order (a token can differ only where a cumulative weight lands within
-  // rounding of the target). false: every row through the sampler.
+  // requested logprobs come back, no logits row. The CPU backend draws exactly the sampler's
+  // token; CUDA sums in another fixed order (a token can differ only where a sum lands within
+  // rounding of a threshold). false: every row through the sampler.
   bool sample_on_backend = true;
   // Optional: each completion's newly decoded text as it is generated (request, completion, text).
   std::function<void(size_t, int, const std::string&)> on_text;

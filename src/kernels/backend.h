@@ -334,14 +334,15 @@ struct DequantPackedArgs {
 };
 
 // How the backend draws one row's token: the sampler's steps (3)-(5) (sample/sampler.h) for a
-// row that nothing changed before them (no penalties, mask, pending min_tokens, logprobs).
-// temperature < 1e-5: greedy, the largest value with ties to the lowest id (NaN counted as -inf,
+// row that nothing changed before them (no penalties, mask, pending min_tokens), and its raw
+// logprobs (step (0)). temperature < kDrawGreedyTemperature: greedy, the largest value with ties to the lowest id (NaN counted as -inf,
 // nothing finite: 0). Otherwise x = value / temperature in fp64 (+inf values share the mass
 // equally), min-p keeps x - max >= log_min_p, top-k (0 < top_k < cols) keeps x >= the k-th
 // largest, top-p (< 1) keeps the tokens ranked (weight descending, id ascending) while the mass
 // ranked before them is < top_p * total, and the draw is the inverse CDF at u * total in
 // ascending id order. u and log(min_p) come from the host (the request's seeded RNG), so the
 // backend needs no RNG and no log.
+inline constexpr float kDrawGreedyTemperature = 1e-5f;  // = sample::kGreedyTemperature
 struct DrawParams {
   float temperature = 0.0f;
   int32_t top_k = 0;                // 0 or >= cols: off

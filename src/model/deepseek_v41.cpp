@@ -415,9 +415,7 @@ void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult, V = cfg_.vocab_size;
   std::vector<int32_t> out_rows;
   std::vector<float*> out_ptrs;       // where each row's logits go (null: not wanted)
-  std::vector<int32_t*> token_ptrs;  // where each row's drawn token goes (null: not wanted)
-  std::vector<kernels::DrawParams> draws;
-  std::vector<const SeqChunk*> drawn_by;  // the chunk of each row (its logprob destinations)
+  std::vector<const SeqChunk*> drawn_by;  // the chunk whose token each row draws (null: none)
   for (size_t q = 0; q < batch.size(); ++q) {
     const SeqChunk& ch = batch[q];
     DI_CHECK(!(ch.token && ch.all_logits), "a drawn token is for the last row only");
@@ -426,16 +424,12 @@ void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
       for (int64_t i = 0; i < s.rows[q]; ++i) {
         out_rows.push_back(static_cast<int32_t>(s.row0[q] + i));
         out_ptrs.push_back(ch.logits + i * V);
-        token_ptrs.push_back(nullptr);
-        draws.emplace_back();
         drawn_by.push_back(nullptr);
       }
     } else {
       out_rows.push_back(static_cast<int32_t>(s.row0[q] + s.rows[q] - 1));
       out_ptrs.push_back(ch.logits);
-      token_ptrs.push_back(ch.token);
-      draws.push_back(ch.token ? ch.draw : kernels::DrawParams{});
-      drawn_by.push_back(&ch);
+      drawn_by.push_back(ch.token ? &ch : nullptr);
     }
   }
   const int64_t m = static_cast<int64_t>(out_rows.size());
@@ -452,16 +446,19 @@ void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
   rms(xc.data(), w_.norm, xn.data(), m, D);
   kernels::Buf<float> lg(be_, m * V);
   linear(xn.data(), m, w_.head, lg.data());
-  if (std::any_of(token_ptrs.begin(), token_ptrs.end(), [](const int32_t* p) { return p != nullptr; })) {
+  if (std::any_of(drawn_by.begin(), drawn_by.end(), [](const SeqChunk* ch) { return ch != nullptr; })) {
+    std::vector<kernels::DrawParams> draws(static_cast<size_t>(m));  // greedy for the rows not drawn
+    int64_t max_lp = 0;  // the most logprobs a row asks for
+    bool any_lp = false;
+    for (int64_t i = 0; i < m; ++i)
+      if (const SeqChunk* ch = drawn_by[static_cast<size_t>(i)]) {
+        draws[static_cast<size_t>(i)] = ch->draw;
+        any_lp = any_lp || ch->draw.logprobs >= 0;
+        max_lp = std::max<int64_t>(max_lp, ch->draw.logprobs);
+      }
     kernels::Buf<int32_t> ids(be_, m);
     kernels::Buf<kernels::DrawParams> d_draws(be_);
     d_draws.upload(draws);
-    int64_t max_lp = 0;  // the most logprobs a row asks for (-1: none asks)
-    bool any_lp = false;
-    for (const auto& d : draws) {
-      any_lp = any_lp || d.logprobs >= 0;
-      max_lp = std::max<int64_t>(max_lp, d.logprobs);
-    }
     kernels::Buf<float> lp(be_, any_lp ? m : 0), top_lp(be_, any_lp ? m * max_lp : 0);
     kernels::Buf<int32_t> top_ids(be_, any_lp ? m * max_lp : 0);
     be_.sample_rows({.x = lg.data(), .params = d_draws.data(), .ids = ids.data(), .rows = m, .cols = V,
@@ -469,13 +466,13 @@ void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
                      .top_logprobs = any_lp ? top_lp.data() : nullptr, .max_logprobs = max_lp});
     const std::vector<int32_t> h = ids.download();
     for (int64_t i = 0; i < m; ++i)
-      if (token_ptrs[static_cast<size_t>(i)]) *token_ptrs[static_cast<size_t>(i)] = h[static_cast<size_t>(i)];
+      if (const SeqChunk* ch = drawn_by[static_cast<size_t>(i)]) *ch->token = h[static_cast<size_t>(i)];
     if (any_lp) {
       const std::vector<float> hl = lp.download(), htl = top_lp.download();
       const std::vector<int32_t> hti = top_ids.download();
       for (int64_t i = 0; i < m; ++i) {
         const SeqChunk* ch = drawn_by[static_cast<size_t>(i)];
-        if (!ch || !ch->token || ch->draw.logprobs < 0) continue;
+        if (!ch || ch->draw.logprobs < 0) continue;
         if (ch->logprob) *ch->logprob = hl[static_cast<size_t>(i)];
         for (int64_t j = 0; j < ch->draw.logprobs; ++j) {
           if (ch->top_ids) ch->top_ids[j] = hti[static_cast<size_t>(i * max_lp + j)];

@@ -37,8 +37,8 @@ class ModelRunner {
  public:
   ModelRunner(model::DeepseekV41& model, cache::StateCache& cache) : model_(model), cache_(cache) {}
   // draw_on_backend(seq): how the backend draws seq's next token from its raw logits (the
-  // sampler's rule for a row with no penalties, mask or logprobs), or nullopt for the row's
-  // logits: then only the token comes back from the backend.
+  // sampler's rule for a row with no penalties or mask), or nullopt for the row's logits: then
+  // only the token (and the logprobs asked for) come back from the backend.
   using DrawOnBackend = std::function<std::optional<kernels::DrawParams>(const sched::Sequence&)>;
   StepOutput run(const sched::StepPlan& plan, const DrawOnBackend& draw_on_backend = nullptr);
   int64_t vocab_size() const { return model_.config().vocab_size; }

@@ -40,7 +40,7 @@ struct Scratch {
 
 int32_t draw_row(const float* l, int64_t n, const DrawParams& p, Scratch& s) {
   if (n == 0) return 0;
-  if (!(p.temperature >= 1e-5f)) return argmax_row(l, n);
+  if (!(p.temperature >= kDrawGreedyTemperature)) return argmax_row(l, n);
   const double temp = static_cast<double>(p.temperature);
   const float lmax = l[argmax_row(l, n)];
   if (lmax == -INFINITY || std::isnan(lmax)) return 0;

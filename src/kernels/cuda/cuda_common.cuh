@@ -52,18 +52,22 @@ __device__ inline float block_sum(float v) {
   return part[0];
 }
 
-// Block-wide sum of ints (blockDim.x a multiple of 32), through `part` (shared, one int per
-// warp); every thread gets the result.
-__device__ inline int64_t block_sum_i(int v, int* part) {
+// Block-wide sum in a fixed order (blockDim.x a multiple of 32): a warp's values by the xor
+// tree, then the warps' partials (`part`: shared, one per warp) in warp order, accumulated as
+// Acc; every thread gets the result.
+template <class T, class Acc = T>
+__device__ inline Acc block_sum_ordered(T v, T* part) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();
   if (lane == 0) part[warp] = v;
   __syncthreads();
-  int64_t t = 0;
+  Acc t = 0;
   for (int w = 0; w < nw; ++w) t += part[w];
   return t;
 }
+// Block-wide sum of ints through `part` (shared, one int per warp).
+__device__ inline int64_t block_sum_i(int v, int* part) { return block_sum_ordered<int, int64_t>(v, part); }
 
 __device__ inline float d_e4m3_to_f32(uint8_t v) {
   const int sign = v >> 7, e = (v >> 3) & 0xF, m = v & 7;

@@ -86,16 +86,7 @@ __device__ __forceinline__ void for_chunk(const T* p, int64_t b0, int64_t b1, F 
   }
 }
 
-__device__ double block_sum_d(double v, Shared& sh) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if (lane == 0) sh.part[warp] = v;
-  __syncthreads();
-  double t = 0.0;
-  for (int w = 0; w < kT / 32; ++w) t += sh.part[w];
-  return t;
-}
+__device__ double block_sum_d(double v, Shared& sh) { return block_sum_ordered(v, sh.part); }
 
 // The block's best (value descending, then id ascending; id -1 = none) of every thread's
 // (bv, bi); every thread gets it. sv, si: [32] in shared memory.
@@ -496,7 +487,7 @@ __global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* sc
   int64_t imax;
   block_argmax(l, a.cols, lmax, imax, sh);
   int64_t tok = imax < 0 ? 0 : imax;  // greedy, or nothing finite: 0
-  if (p.temperature >= 1e-5f && imax >= 0) tok = draw_token(l, a.cols, p, lmax, scratch + row * a.cols, sh);
+  if (p.temperature >= kDrawGreedyTemperature && imax >= 0) tok = draw_token(l, a.cols, p, lmax, scratch + row * a.cols, sh);
   if (threadIdx.x == 0) {
     a.ids[row] = static_cast<int32_t>(tok);
     sh.token = tok;
