@@ -3,7 +3,8 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, engine, profile, check, baseline, all (all but baseline);
+#   stages: test (default), bench, engine, profile, kernels, check, baseline, all (all but
+#   baseline and kernels);
 #   BENCH_ARGS are passed to bench/bench_device
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -93,6 +94,18 @@ for i in range(128):
       ./build/cuda/bench/bench_device --device cuda-profile --batches 1 --prompts 0 --steps 10 ${PROFILE_ARGS:-} >> "$R" 2>&1
       echo "== per-op profile, prefill 1 x 4096 replay + exact" >> "$R"
       ./build/cuda/bench/bench_device --device cuda-profile --batches "" --prompts 1 --prompt-len 4096 >> "$R" 2>&1
+      ;;
+    kernels)
+      # GPU time of every kernel of one batch-1 decode step at 4096 context (ncu, one metric
+      # pass at the running clocks with warm caches, as in a real step; graphs off so each
+      # launch is seen), summarised by scripts/kernel_times.py.
+      echo "== kernels of a batch-1 decode step at 4096 context (ncu ${KERNEL_ARGS:-})" >> "$R"
+      # shellcheck disable=SC2086
+      ncu --csv --clock-control none --cache-control none --metrics gpu__time_duration.sum,launch__grid_size ./build/cuda/bench/bench_device --batches 1 --prompts 0 \
+        --steps 2 --graphs 0 ${KERNEL_ARGS:-} > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+      echo "ncu exit $?" >> "$R"
+      python3 scripts/kernel_times.py "$OUT/ncu.csv" "$OUT/step_kernels.txt" >> "$R" 2>&1
+      gzip -f "$OUT/ncu.csv"
       ;;
     baseline)
       # The transformers reference on the same shape (needs carry [".baseline"]: the deepseek_v41

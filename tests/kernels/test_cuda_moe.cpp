@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/gemm_split.h"
 #include "kernels/cuda_test_util.h"
 #include "model/quantize.h"
 
@@ -137,44 +138,63 @@ TEST(CudaMoe, GroupedMatmulBf16MatchesTheCpuAndIsRowInvariant) {
 
 TEST(CudaMoe, DenseBf16MatmulIsRowInvariantAndMatchesTheCpu) {
   // The bf16 mma kernel as the dense product (bf16 weights): a row's bits are the same in a
-  // product of 1, 37 or 300 rows (other tilings), and grouped strided products (the output
-  // projection's shape) match the CPU's emulation.
+  // product of 1, 37, 300 or 600 rows (other tilings; split over k into blocks up to 512 rows,
+  // folded in registers above), and grouped strided products (the output projection's shape)
+  // match the CPU's emulation. Shapes: 2 k segments (n 320, k 1280), 10 (the router's 64 x 5120).
   auto cpu = make_cpu_backend(0, Precision::kBF16);
-  for (bool invariant : {true, false}) {
-    auto gpu = make_cuda_backend(0, Precision::kBF16, invariant);
-    const int64_t n = 320, k = 1280, G = 4, rows = 300;
-    Experts w(1, G * n, k, 500);
-    const auto x = randn(static_cast<size_t>(rows * G * k), 501);
-    Dev<float> dx(x);
-    // Plain product over the first k columns of each row (ldx = G*k).
-    std::vector<float> ref(static_cast<size_t>(rows * n));
-    cpu->matmul({.x = x.data(), .w = w.hv[0], .y = ref.data(), .m = rows, .n = n, .k = k, .ldx = G * k});
-    std::vector<std::vector<float>> got;
-    for (int64_t m : {int64_t{1}, int64_t{37}, rows}) {
-      Dev<float> dy(static_cast<size_t>(m * n));
-      gpu->matmul({.x = dx.p, .w = w.dv[0], .y = dy.p, .m = m, .n = n, .k = k, .ldx = G * k});
-      gpu->synchronize();
-      got.push_back(dy.get());
+  struct Shape {
+    int64_t n, k, G;
+    int segments;
+  };
+  for (const Shape sh : {Shape{320, 1280, 4, 2}, Shape{64, 5120, 1, 10}})
+    for (bool invariant : {true, false}) {
+      auto gpu = make_cuda_backend(0, Precision::kBF16, invariant);
+      const int64_t n = sh.n, k = sh.k, G = sh.G, rows = 600;
+      EXPECT_EQ(cuda::gemm_split_segments(n, k, G, false), sh.segments);
+      Experts w(1, G * n, k, 500);
+      const auto x = randn(static_cast<size_t>(rows * G * k), 501);
+      Dev<float> dx(x);
+      // Plain product over the first k columns of each row (ldx = G*k).
+      std::vector<float> ref(static_cast<size_t>(rows * n));
+      cpu->matmul({.x = x.data(), .w = w.hv[0], .y = ref.data(), .m = rows, .n = n, .k = k, .ldx = G * k});
+      std::vector<std::vector<float>> got;
+      const std::vector<int64_t> ms{1, 37, 300, rows};
+      for (int64_t m : ms) {
+        Dev<float> dy(static_cast<size_t>(m * n));
+        gpu->matmul({.x = dx.p, .w = w.dv[0], .y = dy.p, .m = m, .n = n, .k = k, .ldx = G * k});
+        gpu->synchronize();
+        got.push_back(dy.get());
+      }
+      EXPECT_LT(rel_err(ref, got.back()), 2e-5) << "n " << n << ", invariant " << invariant;
+      if (invariant) {  // (non-invariant mode may hand large products to cuBLAS)
+        for (size_t i = 0; i + 1 < ms.size(); ++i) {
+          EXPECT_EQ(std::memcmp(got[i].data(), got.back().data(), static_cast<size_t>(ms[i] * n) * 4), 0)
+              << "n " << n << ": the first " << ms[i] << " rows alone";
+        }
+      }
+      if (G == 1) continue;
+      // Grouped: group g multiplies columns [g*k, +k) by weight rows [g*n, +n) into y columns [g*n, +n).
+      std::vector<float> gref(static_cast<size_t>(rows * G * n));
+      const MatmulArgs ga{.x = x.data(), .w = w.hv[0], .y = gref.data(), .m = rows, .n = n, .k = k, .groups = G,
+                          .x_group_stride = k, .y_group_stride = n};
+      cpu->matmul(ga);
+      std::vector<std::vector<float>> ggot;
+      for (int64_t m : {int64_t{3}, rows}) {
+        Dev<float> gy(static_cast<size_t>(m * G * n));
+        MatmulArgs gd = ga;
+        gd.x = dx.p;
+        gd.w = w.dv[0];
+        gd.y = gy.p;
+        gd.m = m;
+        gpu->matmul(gd);
+        gpu->synchronize();
+        ggot.push_back(gy.get());
+      }
+      EXPECT_LT(rel_err(gref, ggot[1]), 2e-5) << "grouped, invariant " << invariant;
+      if (invariant) {
+        EXPECT_EQ(std::memcmp(ggot[0].data(), ggot[1].data(), static_cast<size_t>(3 * G * n) * 4), 0) << "grouped, 3 rows alone";
+      }
     }
-    EXPECT_LT(rel_err(ref, got[2]), 2e-5) << "invariant " << invariant;
-    if (invariant) {  // (non-invariant mode may hand large products to cuBLAS)
-      EXPECT_EQ(std::memcmp(got[0].data(), got[2].data(), static_cast<size_t>(n) * 4), 0);
-      EXPECT_EQ(std::memcmp(got[1].data(), got[2].data(), static_cast<size_t>(37 * n) * 4), 0);
-    }
-    // Grouped: group g multiplies columns [g*k, +k) by weight rows [g*n, +n) into y columns [g*n, +n).
-    std::vector<float> gref(static_cast<size_t>(rows * G * n));
-    const MatmulArgs ga{.x = x.data(), .w = w.hv[0], .y = gref.data(), .m = rows, .n = n, .k = k, .groups = G,
-                        .x_group_stride = k, .y_group_stride = n};
-    cpu->matmul(ga);
-    Dev<float> gy(gref.size());
-    MatmulArgs gd = ga;
-    gd.x = dx.p;
-    gd.w = w.dv[0];
-    gd.y = gy.p;
-    gpu->matmul(gd);
-    gpu->synchronize();
-    EXPECT_LT(rel_err(gref, gy.get()), 2e-5) << "grouped, invariant " << invariant;
-  }
 }
 
 TEST(CudaMoe, GroupedMatmulAnyFormatMatchesTheCpu) {

@@ -45,6 +45,9 @@ class CudaBackend final : public Backend {
       DI_CUDA_CHECK(cudaMalloc(ws, kBlasWorkspace));
       DI_CUBLAS_CHECK(cublasSetWorkspace(h, *ws, kBlasWorkspace));
     }
+    // The split products' tile counters (each launch leaves them zeroed).
+    DI_CUDA_CHECK(cudaMalloc(&gemm_counters_, cuda::kGemmCounters * sizeof(int)));
+    DI_CUDA_CHECK(cudaMemset(gemm_counters_, 0, cuda::kGemmCounters * sizeof(int)));
     // Keep freed pool memory cached instead of returning it to the driver at every sync.
     cudaMemPool_t pool = nullptr;
     DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
@@ -58,6 +61,7 @@ class CudaBackend final : public Backend {
       if (pools_[i]) free_graph_pool(static_cast<int64_t>(i));
     cudaFree(blas_ws_);
     cudaFree(blas_tc_ws_);
+    cudaFree(gemm_counters_);
     for (auto& [cls, list] : free_)
       for (void* p : list) cudaFree(p);
     if (staging_) cudaFreeHost(staging_);
@@ -232,8 +236,12 @@ class CudaBackend final : public Backend {
       cuda::to_bf16(a.x, a.m, a.m, xw, ldx, xb, stream_);
       cuda::Bf16Gemm p{.x = xb, .ldx = xw, .w_dense = wb, .y = a.y, .ldy = ldy, .m = static_cast<int>(a.m),
                        .n = static_cast<int>(a.n), .k = static_cast<int>(a.k), .groups = static_cast<int>(G),
-                       .x_group_stride = xs, .w_group_stride = a.n * a.k, .y_group_stride = ys};
+                       .x_group_stride = xs, .w_group_stride = a.n * a.k, .y_group_stride = ys,
+                       .counters = gemm_counters_};
+      const int64_t ws = cuda::gemm_bf16_workspace(p);
+      p.part = ws ? scratch<float>(ws) : nullptr;
       cuda::gemm_bf16(p, stream_);
+      release(p.part);
       release(xb);
       return;
     }
@@ -468,6 +476,7 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t stream_ = nullptr;
+  int* gemm_counters_ = nullptr;
   cublasHandle_t blas_ = nullptr, blas_tc_ = nullptr;
   Precision precision_ = Precision::kFloat32;
   bool invariant_ = true;

@@ -64,8 +64,19 @@ struct Bf16Gemm {
   int64_t ldy = 0;
   int m = 0, n = 0, k = 0, experts = 0, groups = 1;
   int64_t x_group_stride = 0, w_group_stride = 0, y_group_stride = 0;  // elements
+  // Split over k (dense products only; see gemm_bf16_split): the partial sums of
+  // gemm_bf16_workspace(*this) floats, and kGemmCounters zeroed ints that the launch leaves
+  // zeroed. Null: the segments are folded in registers (same bits).
+  float* part = nullptr;
+  int* counters = nullptr;
 };
+constexpr int64_t kGemmCounters = 1 << 16;
 bool gemm_bf16_fits(int64_t n, int64_t k);
+// The k segment length of a product (gemm_split.h).
+int gemm_bf16_split(const Bf16Gemm& p);
+// Floats of partial sums the launch uses when p.part is given (0: no split, or one that folds
+// in registers: many rows, or more tiles than counters).
+int64_t gemm_bf16_workspace(const Bf16Gemm& p);
 void gemm_bf16(const Bf16Gemm& p, cudaStream_t s);
 // The experts' products in float32 math from any weight format (x float32; bf16: both
 // operands rounded to bf16 first, as the bf16 path does). w: device copy of the views.

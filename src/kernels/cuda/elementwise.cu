@@ -17,6 +17,37 @@ __global__ void rms_norm_k(const float* x, const float* w, float* y, int64_t dim
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[r * dim + i] = w ? w[i] * (xr[i] * inv) : xr[i] * inv;
 }
 
+// Rows of up to kNormCache float4 per thread (dim <= 8192 at 256 threads), 16-byte aligned:
+// every load of the row in flight at once, kept in registers for the scaling pass.
+constexpr int kNormCache = 8, kNormThreads = 256;
+__global__ void __launch_bounds__(kNormThreads) rms_norm_v4_k(const float* x, const float* w, float* y, int64_t dim, float eps) {
+  const int64_t r = blockIdx.x, n4 = dim / 4;
+  const float4* xr = reinterpret_cast<const float4*>(x + r * dim);
+  float4 v[kNormCache];
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) {
+    const int64_t i = threadIdx.x + j * kNormThreads;
+    v[j] = i < n4 ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+  ss = block_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  float4* yr = reinterpret_cast<float4*>(y + r * dim);
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) {
+    const int64_t i = threadIdx.x + j * kNormThreads;
+    if (i >= n4) break;
+    float4 o = make_float4(v[j].x * inv, v[j].y * inv, v[j].z * inv, v[j].w * inv);
+    if (w) {
+      const float4 g = reinterpret_cast<const float4*>(w)[i];
+      o = make_float4(g.x * o.x, g.y * o.y, g.z * o.z, g.w * o.w);
+    }
+    yr[i] = o;
+  }
+}
+
 __global__ void rope_k(float* x, const float* cs, const float* sn, int64_t rows, int64_t heads, int64_t head_dim,
                        int64_t rope_dim, bool inverse) {
   const int64_t half = rope_dim / 2;
@@ -93,6 +124,44 @@ __global__ void fake_quant_k(float* x, int64_t blocks, int64_t block, int kind, 
   }
 }
 
+// The same quantisers with a thread per element, a quantisation block on `block` consecutive
+// lanes (16 or 32: whole blocks per warp); the block's absolute maximum by a shuffle tree (max
+// is exact in any order; NaN ignored as the serial loop from 0 does), so the values, codes
+// and scales are fake_quant_k's bit for bit.
+__global__ void fake_quant_lanes_k(float* x, int64_t n, int block, int kind, uint8_t* codes, uint8_t* scales) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const bool in = i < n;
+  const float v = in ? x[i] : 0.0f;
+  float amax = fmaxf(0.0f, fabsf(v));
+  for (int o = block / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const int64_t b = i / block;
+  const bool first = in && i % block == 0;
+  if (kind == 0) {  // FP8, pow2 scale
+    const float s = d_pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+    if (!in) return;
+    if (scales && first) scales[b] = static_cast<uint8_t>(ilogbf(s) + 127);
+    const uint8_t c = d_f32_to_e4m3(fminf(fmaxf(v / s, -448.0f), 448.0f));
+    x[i] = d_e4m3_to_f32(c) * s;
+    if (codes) codes[i] = c;
+    return;
+  }
+  float s;
+  uint8_t sc;
+  if (kind == 1) {  // FP4, pow2 scale
+    s = d_pow2_ceil(fmaxf(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f));
+    sc = static_cast<uint8_t>(ilogbf(s) + 127);
+  } else {  // FP4, e4m3 scale
+    sc = d_f32_to_e4m3(fmaxf(amax, 6.0f * 0x1p-9f) / 6.0f);
+    s = d_e4m3_to_f32(sc);
+  }
+  const uint8_t c = d_f32_to_e2m1(fminf(fmaxf(v / s, -6.0f), 6.0f));
+  const unsigned hi = __shfl_down_sync(0xffffffffu, static_cast<unsigned>(c), 1);  // the odd neighbour's code
+  if (!in) return;
+  if (scales && first) scales[b] = sc;
+  x[i] = d_e2m1_to_f32(c) * s;
+  if (codes && i % 2 == 0) codes[i / 2] = static_cast<uint8_t>(c | (hi << 4));
+}
+
 __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * w.cols) return;
@@ -102,8 +171,8 @@ __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
 // mHC mixes. hc_project_k: block (group of kMixRows rows, slice) reduces one of kMixSlices
 // fixed slices of the flattened rows: Σx² and the nmix dot products with fn, kept in
 // registers; the slice count never depends on the batch, so neither does any row's result.
-// hc_mixes_k: per row, the slices summed in order, then the norm, scales, sigmoids, softmax
-// and Sinkhorn in thread 0.
+// hc_mixes_k: per row (one warp), the slices summed in order, then the norm, scales,
+// sigmoids, softmax and Sinkhorn.
 constexpr int kMaxMix = 32, kMixSlices = 16, kMixRows = 4, kMixThreads = 256;
 
 template <int NMIX>
@@ -150,30 +219,28 @@ __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float
   }
 }
 
-// Thread 0 sums the slices and finishes pre and post; the comb matrix is one element per
-// thread (hc*hc <= 32), its row softmax and Sinkhorn sums taken in the serial order through
+// A thread per column sums the slices, a thread per stream finishes pre and post; the comb
+// matrix is one element per thread (hc*hc <= 32), its row softmax and Sinkhorn sums taken in the serial order through
 // shuffles, so every element gets the bits the serial loops give.
 __global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
   const int64_t r = blockIdx.x, hc = a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
-  __shared__ float m[kMaxMix];
+  __shared__ float sum[kMaxMix + 1], m[kMaxMix];
   const int t = threadIdx.x;
-  if (t == 0) {
-    float mm[kMaxMix], ss = 0.0f;
-    for (int64_t j = 0; j < nmix; ++j) mm[j] = 0.0f;
-    for (int sl = 0; sl < kMixSlices; ++sl) {
-      const float* p = part + (r * kMixSlices + sl) * (kMaxMix + 1);
-      ss += p[0];
-      for (int64_t j = 0; j < nmix; ++j) mm[j] += p[j + 1];
-    }
-    const float inv = 1.0f / sqrtf(ss / static_cast<float>(width) + a.norm_eps);
-    for (int64_t j = 0; j < nmix; ++j) m[j] = mm[j] * inv;
-    auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
-    for (int64_t k = 0; k < hc; ++k) {
-      a.pre[r * hc + k] = sig(m[k] * a.scale[0] + a.base[k]) + a.hc_eps;
-      a.post[r * hc + k] = 2.0f * sig(m[hc + k] * a.scale[1] + a.base[hc + k]);
-    }
+  // Column j of the slices (j = 0: Σx², j > 0: mix j - 1) summed in slice order by one thread.
+  for (int j = t; j <= nmix; j += 32) {
+    float v = 0.0f;
+    for (int sl = 0; sl < kMixSlices; ++sl) v += part[(r * kMixSlices + sl) * (kMaxMix + 1) + j];
+    sum[j] = v;
   }
   __syncthreads();
+  const float inv = 1.0f / sqrtf(sum[0] / static_cast<float>(width) + a.norm_eps);
+  for (int j = t; j < nmix; j += 32) m[j] = sum[j + 1] * inv;
+  __syncthreads();
+  if (t < hc) {
+    auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
+    a.pre[r * hc + t] = sig(m[t] * a.scale[0] + a.base[t]) + a.hc_eps;
+    a.post[r * hc + t] = 2.0f * sig(m[hc + t] * a.scale[1] + a.base[hc + t]);
+  }
   const int n = static_cast<int>(hc), j = t / n, k = t % n;  // this thread's element c[j][k]
   const bool own = t < n * n;
   const int jj = own ? j : 0, kk = own ? k : 0;
@@ -256,7 +323,11 @@ unsigned grid(int64_t n) { return static_cast<unsigned>(ceil_div(n, kThreads)); 
 
 void rms_norm(const RmsNormArgs& a, cudaStream_t s) {
   if (a.rows == 0) return;
-  rms_norm_k<<<static_cast<unsigned>(a.rows), kThreads, 0, s>>>(a.x, a.w, a.y, a.dim, a.eps);
+  const auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (a.dim % 4 == 0 && a.dim <= 4 * kNormCache * kNormThreads && al16(a.x) && al16(a.y) && (!a.w || al16(a.w)))
+    rms_norm_v4_k<<<static_cast<unsigned>(a.rows), kNormThreads, 0, s>>>(a.x, a.w, a.y, a.dim, a.eps);
+  else
+    rms_norm_k<<<static_cast<unsigned>(a.rows), kThreads, 0, s>>>(a.x, a.w, a.y, a.dim, a.eps);
   DI_CUDA_LAUNCHED();
 }
 void rope(const RopeArgs& a, cudaStream_t s) {
@@ -278,7 +349,11 @@ void compress_pool(const CompressPoolArgs& a, cudaStream_t s) {
 void fake_quant(const FakeQuantArgs& a, cudaStream_t s) {
   if (a.block <= 0 || a.dim % a.block != 0 || a.rows == 0) return;
   const int64_t blocks = a.rows * (a.dim / a.block);
-  fake_quant_k<<<grid(blocks), kThreads, 0, s>>>(a.x, blocks, a.block, static_cast<int>(a.kind), a.codes, a.scales);
+  if (a.block == 16 || a.block == 32)
+    fake_quant_lanes_k<<<grid(blocks * a.block), kThreads, 0, s>>>(a.x, blocks * a.block, static_cast<int>(a.block),
+                                                                   static_cast<int>(a.kind), a.codes, a.scales);
+  else
+    fake_quant_k<<<grid(blocks), kThreads, 0, s>>>(a.x, blocks, a.block, static_cast<int>(a.kind), a.codes, a.scales);
   DI_CUDA_LAUNCHED();
 }
 void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStream_t s) {

@@ -3,14 +3,17 @@
 // gemm_bf16 is a bf16 tensor-core product (mma.sync m16n8k16, float32 accumulation), dense or
 // with every expert in one launch (each block finding its expert and row tile from the
 // device-side offsets); grouped_gemm_any is the float32-math product for other formats.
-// Batch invariance: an output element is accumulated over k in one fixed order (k16 steps
-// ascending, no split over k) whatever the tile shape, so a row's result does not depend on
-// how many rows there are, nor on the tile configuration chosen for the launch.
+// Batch invariance: an output element is accumulated over k in one fixed order whatever the
+// tile shape and the number of rows: k16 steps ascending within each k segment (gemm_bf16_split,
+// a function of the product's shape alone), the segments' sums added in ascending order to 0.
+// Few rows: one block per (tile, segment), partial sums in a workspace, the tile's last block
+// adding them up; many rows: one block per tile folding the segments in registers.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemm_split.h"
 #include "kernels/cuda/mma.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -115,11 +118,13 @@ __device__ bool find_tile(const int32_t* off, int E, int t, int* s_e, int* s_row
 }
 
 // y[r, n0 + c] for the rows of one row tile (of an expert, or of the dense product) and BN
-// columns; grid z is the group of a grouped (strided-batch) product. Warps WARPS_M x WARPS_N,
+// columns; grid z is the group of a grouped (strided-batch) product, times the k segments when
+// they are split across blocks (z = group * segments + segment). Warps WARPS_M x WARPS_N,
 // each a (BM/WARPS_M) x (BN/WARPS_N) tile of 16 x 8 mma tiles; STAGES-deep cp.async pipeline
-// of BK-wide k slices (BK changes nothing in the sums: k16 steps ascend either way).
-template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
-__global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p) {
+// of BK-wide k slices (BK changes nothing in the sums: k16 steps ascend either way; segments
+// are whole slices). FOLD: one block covers every segment, adding each one's sum as it ends.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool FOLD>
+__global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p, int ks) {
   constexpr int kThreads = WARPS_M * WARPS_N * 32, TM = BM / WARPS_M, TN = BN / WARPS_N, MI = TM / 16, NI = TN / 8;
   constexpr int LDS = BK + 8, CH = BK / 8;  // smem row stride (ldmatrix rows on distinct banks); 16-byte chunks per row
   static_assert(TM % 16 == 0 && TN % 16 == 0, "warp tile of whole 16 x 16 pieces");
@@ -139,15 +144,19 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p)
     }
     __syncthreads();
   }
-  const int g = static_cast<int>(blockIdx.z);
+  const int S = (p.k + ks - 1) / ks;  // k segments
+  const bool split = p.part != nullptr;
+  const int g = split ? static_cast<int>(blockIdx.z) / S : static_cast<int>(blockIdx.z);
+  const int seg = split ? static_cast<int>(blockIdx.z) % S : 0;
   const int n0 = static_cast<int>(blockIdx.x) * BN;
   const int rows = s_rows, ncols = min(BN, N - n0), row0 = s_row0;
   const __nv_bfloat16* A = p.x + static_cast<int64_t>(row0) * p.ldx + g * p.x_group_stride;
   const __nv_bfloat16* B = Wb + g * p.w_group_stride + static_cast<int64_t>(n0) * K;
   float* Y = p.y + static_cast<int64_t>(row0) * p.ldy + g * p.y_group_stride + n0;
-  const int KT = K / BK;
-  auto load = [&](int stage, int kt) {
-    const int k0 = kt * BK;
+  const int SEG = ks / BK;  // slices per segment
+  const int kt0 = split ? seg * SEG : 0, kt1 = split ? min(K / BK, kt0 + SEG) : K / BK, KT = kt1 - kt0;
+  auto load = [&](int stage, int kt) {  // kt counts from kt0
+    const int k0 = (kt0 + kt) * BK;
     for (int c = threadIdx.x; c < BM * CH; c += kThreads) {
       const int r = c / CH, ch = c % CH;
       const bool ok = r < rows;
@@ -166,6 +175,28 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p)
     for (int j = 0; j < NI; ++j)
 #pragma unroll
       for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
+  float tot[FOLD ? MI : 1][FOLD ? NI : 1][4];  // FOLD: the sum of the finished segments
+  auto fold = [&] {
+    if constexpr (FOLD) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int v = 0; v < 4; ++v) {
+            tot[i][j][v] += acc[i][j][v];
+            acc[i][j][v] = 0.0f;
+          }
+    }
+  };
+  if constexpr (FOLD) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) tot[i][j][v] = 0.0f;
+  }
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
     if (st < KT) load(st, st);
@@ -178,6 +209,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p)
     __syncthreads();  // stage kt landed for every thread; stage kt-1 is free to refill
     if (kt + STAGES - 1 < KT) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
     cp_async_commit();
+    if constexpr (FOLD)
+      if (kt > 0 && kt % SEG == 0) fold();  // a segment ended
     const __nv_bfloat16* a_s = sA + (kt % STAGES) * BM * LDS;
     const __nv_bfloat16* b_s = sB + (kt % STAGES) * BN * LDS;
 #pragma unroll
@@ -201,31 +234,70 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p)
     }
   }
   cp_async_wait<0>();
+  fold();
+  // Each thread's output elements: (row r of the tile, columns col, col + 1).
+  auto each = [&](auto&& f) {
 #pragma unroll
-  for (int i = 0; i < MI; ++i)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int j = 0; j < NI; ++j) {
-      const int col = wn * TN + j * 8 + (lane % 4) * 2;
-      if (col >= ncols) continue;  // N is even, so col + 1 < ncols too
+      for (int j = 0; j < NI; ++j) {
+        const int col = wn * TN + j * 8 + (lane % 4) * 2;
+        if (col >= ncols) continue;  // N is even, so col + 1 < ncols too
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = wm * TM + i * 16 + lane / 4 + h * 8;
-        if (r < rows)
-          *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * p.ldy + col) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        for (int h = 0; h < 2; ++h) {
+          const int r = wm * TM + i * 16 + lane / 4 + h * 8;
+          if (r >= rows) continue;
+          if constexpr (FOLD) f(r, col, tot[i][j] + 2 * h);
+          else f(r, col, acc[i][j] + 2 * h);
+        }
       }
+  };
+  if (!split) {
+    each([&](int r, int col, const float* v) {
+      *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * p.ldy + col) = make_float2(v[0], v[1]);
+    });
+    return;
+  }
+  // Split: this segment's sums to the workspace [groups][S][m][n]; the tile's last block to
+  // finish adds the S partial sums in segment order (whichever block that is) and resets the
+  // tile's counter for the next launch.
+  auto part_at = [&](int sg, int r, int col) {
+    return p.part + ((static_cast<int64_t>(g) * S + sg) * p.m + row0 + r) * N + n0 + col;
+  };
+  each([&](int r, int col, const float* v) { *reinterpret_cast<float2*>(part_at(seg, r, col)) = make_float2(v[0], v[1]); });
+  __threadfence();
+  __syncthreads();
+  __shared__ bool s_last;
+  int* counter = p.counters + (static_cast<int64_t>(g) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == S - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  each([&](int r, int col, const float*) {
+    float2 sum = make_float2(0.0f, 0.0f);
+    for (int sg = 0; sg < S; ++sg) {
+      const float2 v = __ldcg(reinterpret_cast<const float2*>(part_at(sg, r, col)));
+      sum.x += v.x;
+      sum.y += v.y;
     }
+    *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * p.ldy + col) = sum;
+  });
+  if (threadIdx.x == 0) *counter = 0;
 }
 
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
-void launch_gemm(const Bf16Gemm& p, cudaStream_t s) {
-  auto kernel = gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES>;
+void launch_gemm(Bf16Gemm p, cudaStream_t s) {
+  const int ks = gemm_bf16_split(p), S = static_cast<int>(ceil_div(p.k, ks));
+  // Grouped: at most ceil(rows / BM) + experts tiles (every expert's last tile may be partial).
+  const int64_t tiles = ceil_div(p.m, BM) + (p.offsets ? p.experts : 0), cols = ceil_div(p.n, BN);
+  if (S == 1 || tiles * cols * p.groups > kGemmCounters || !p.counters) p.part = nullptr;
+  auto kernel = S > 1 && !p.part ? gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, true>
+                                 : gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false>;
   constexpr int smem = STAGES * (BM + BN) * (BK + 8) * 2;
   // The opt-in above 48 KiB (per device, so set at every launch: one cheap driver call).
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  // Grouped: at most ceil(rows / BM) + experts tiles (every expert's last tile may be partial).
-  const int64_t tiles = ceil_div(p.m, BM) + (p.offsets ? p.experts : 0);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, BN)), static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups));
-  kernel<<<grid, WARPS_M * WARPS_N * 32, smem, s>>>(p);
+  const dim3 grid(static_cast<unsigned>(cols), static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups * (p.part ? S : 1)));
+  kernel<<<grid, WARPS_M * WARPS_N * 32, smem, s>>>(p, ks);
   DI_CUDA_LAUNCHED();
 }
 
@@ -291,6 +363,18 @@ void moe_permute(const MoePermuteArgs& a, int32_t* counts, cudaStream_t s) {
 }
 
 bool gemm_bf16_fits(int64_t n, int64_t k) { return k % 32 == 0 && n % 2 == 0 && k > 0 && n > 0; }
+
+// Products of at most kSplitRowsMax rows take the split launch, larger ones fold in registers.
+constexpr int64_t kSplitRowsMax = 512;
+
+int gemm_bf16_split(const Bf16Gemm& p) {
+  return static_cast<int>(gemm_split_len(p.n, p.k, p.groups, p.offsets != nullptr));
+}
+
+int64_t gemm_bf16_workspace(const Bf16Gemm& p) {
+  const int64_t S = ceil_div(p.k, gemm_bf16_split(p));
+  return S > 1 && p.m <= kSplitRowsMax ? S * p.groups * static_cast<int64_t>(p.m) * p.n : 0;
+}
 
 void gemm_bf16(const Bf16Gemm& p, cudaStream_t s) {
   if (p.m == 0 || p.n == 0) return;

@@ -1,0 +1,30 @@
+// The k segments of the CUDA bf16 product (moe.cu), host-only so tests can name them: a
+// function of the product's shape alone, never of its rows, so a row's sum order does not
+// depend on the batch (y = ((0 + p_0) + p_1) + ..., p_s the product over the s-th segment).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace deepinfer::kernels::cuda {
+
+// Enough blocks for two per SM of an H200 (132 SMs) at one row tile of 64-column tiles (the
+// decode configuration), segments of at least 512 k and a multiple of 128 (every tile
+// configuration's k slice divides them). Grouped-by-expert products are not split (their
+// blocks come from the experts).
+constexpr int64_t kSplitBlocks = 264, kSplitMinK = 512, kSplitAlign = 128;
+
+// The segment length: k when the product is not split.
+inline int64_t gemm_split_len(int64_t n, int64_t k, int64_t groups, bool grouped_by_expert) {
+  if (grouped_by_expert || k % kSplitAlign != 0 || n <= 0) return k;
+  const int64_t blocks = (n + 63) / 64 * std::max<int64_t>(groups, 1);
+  const int64_t S = std::min<int64_t>((kSplitBlocks + blocks - 1) / blocks, k / kSplitMinK);
+  if (S <= 1) return k;
+  return ((k + S - 1) / S + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+}
+inline int64_t gemm_split_segments(int64_t n, int64_t k, int64_t groups, bool grouped_by_expert) {
+  const int64_t len = gemm_split_len(n, k, groups, grouped_by_expert);
+  return len > 0 ? (k + len - 1) / len : 1;
+}
+
+}  // namespace deepinfer::kernels::cuda
