@@ -440,26 +440,30 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
 }
 
 // ---------------------------------------------------------------------------------------
-// Attention on the tensor cores (bf16 backends): a CTA of 8 warps per (query, 64 heads, split).
-// Q (64 heads x D) and each tile of 32 visible entries go to shared memory rounded to bf16 (the
-// FP8 window and compressed entries are exact; Q after RoPE is rounded here, as in any bf16
-// attention); S = Q·Kᵀ by mma.sync (warp w: heads
-// 16 (w % 4) .. +16, entries 16 (w / 4) .. +16); the online softmax per head as in the float32
-// kernel (denominator in float32, P rounded to bf16 for the product); O = O·alpha + P·V in
-// registers (warp w: heads 16 (w % 4) .. +16, channels D/2 (w / 4) .. +D/2; V = K, the same
-// tile, read transposed by ldmatrix). The visible-entry lists, segments and combine are the
-// float32 kernel's, so a query's arithmetic again depends only on its own entries.
-constexpr int kMmaHeads = 64, kMmaTile = 32, kMmaWarps = 8, kMmaT = kMmaWarps * 32;
+// Attention on the tensor cores (bf16 backends): a CTA of 8 warps per (query, HC heads, split),
+// HC = 64, 32 or 16 (MT = HC / 16 mma row tiles). Q (HC heads x D) and each tile of 32 visible
+// entries go to shared memory rounded to bf16 (the FP8 window and compressed entries are
+// exact; Q after RoPE is rounded here, as in any bf16 attention); S = Q·Kᵀ by mma.sync (warp w:
+// heads 16 (w % MT) .. +16, entries SE (w / MT) .. +SE, SE = 16 at HC 64, else 8: at HC 16 four
+// warps); the online softmax per head as in the float32 kernel (denominator in float32, P
+// rounded to bf16 for the product); O = O·alpha + P·V in registers (warp w: heads 16 (w % MT)
+// .. +16, channels D/DG (w / MT) .. +D/DG, DG = 8 / MT; V = K, the same tile, read transposed
+// by ldmatrix). Each output element is the same chain of mma steps whatever HC (a row of the
+// product depends only on its own head's row), so HC changes the CTAs, never the bits: fewer
+// heads per CTA spread a few queries over more SMs. The visible-entry lists, segments and
+// combine are the float32 kernel's, so a query's arithmetic again depends only on its own
+// entries.
+constexpr int kMmaTile = 32, kMmaWarps = 8, kMmaT = kMmaWarps * 32;
 
-template <int D>
+template <int D, int HC>
 struct MmaCfg {
   static constexpr int QS = D + 8, PS = kMmaTile + 8, SS = kMmaTile + 1;  // row strides
   static constexpr size_t qOff = 0;                                          // bf16 [HC][QS]
-  static constexpr size_t kOff = qOff + size_t{kMmaHeads} * QS * 2;          // bf16 [TN][QS]
+  static constexpr size_t kOff = qOff + size_t{HC} * QS * 2;                 // bf16 [TN][QS]
   static constexpr size_t pOff = kOff + size_t{kMmaTile} * QS * 2;           // bf16 [HC][PS]
-  static constexpr size_t sOff = pOff + size_t{kMmaHeads} * PS * 2;          // f32 [HC][SS]
-  static constexpr size_t statOff = sOff + size_t{kMmaHeads} * SS * 4;       // f32 m, l, alpha [3][HC]
-  static constexpr size_t listOff = statOff + size_t{3} * kMmaHeads * 4;     // int [LCAP]
+  static constexpr size_t sOff = pOff + size_t{HC} * PS * 2;                 // f32 [HC][SS]
+  static constexpr size_t statOff = sOff + size_t{HC} * SS * 4;              // f32 m, l, alpha [3][HC]
+  static constexpr size_t listOff = statOff + size_t{3} * HC * 4;            // int [LCAP]
   static constexpr size_t scanOff = listOff + size_t{kAttnListCap} * 4;      // int [T / 32]
   static constexpr size_t stageOff = scanOff + size_t{kMmaWarps} * 4;        // f32 [TN][D]: the next tile
   static constexpr size_t bytes = stageOff + size_t{kMmaTile} * D * 4;
@@ -475,12 +479,14 @@ __device__ __forceinline__ void st_bf16x4(__nv_bfloat16* dst, float4 v) {
   *reinterpret_cast<uint2*>(dst) = u;
 }
 
-template <int D>
+template <int D, int HC>
 __global__ void __launch_bounds__(kMmaT, 1)
     attention_mma_k(AttentionArgs a, int nsplit, float* part_o, float* part_ml, int64_t t_base) {
-  using C = MmaCfg<D>;
-  constexpr int HC = kMmaHeads, TN = kMmaTile, T = kMmaT, QS = C::QS, PS = C::PS, SS = C::SS;
-  constexpr int NT = D / 16;  // n8 tiles of a warp's D/2 output channels
+  using C = MmaCfg<D, HC>;
+  constexpr int TN = kMmaTile, T = kMmaT, QS = C::QS, PS = C::PS, SS = C::SS;
+  constexpr int MT = HC / 16, SE = MT == 4 ? 16 : 8, SW = MT * (TN / SE);  // S: entries per warp, warps
+  constexpr int DG = kMmaWarps / MT, NT = D / (8 * DG);  // P·V: channel groups, n8 tiles of a warp's D/DG channels
+  static_assert(HC % 16 == 0 && MT <= 4 && SW <= kMmaWarps && NT % 2 == 0, "tiling");
   constexpr int C4 = D / 4;   // float4 chunks per row
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw + C::qOff);
@@ -494,7 +500,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
   auto* s_scan = reinterpret_cast<int*>(smem_raw + C::scanOff);
   auto* s_stage = reinterpret_cast<float*>(smem_raw + C::stageOff);
 
-  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, mt = w & 3, half = w >> 2;
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, mt = w % MT, grp = w / MT;
   const int64_t tl = blockIdx.x, t = t_base + tl;
   const int64_t h0 = static_cast<int64_t>(blockIdx.y) * HC, heads = a.heads;
   const int split = static_cast<int>(blockIdx.z);
@@ -550,23 +556,26 @@ __global__ void __launch_bounds__(kMmaT, 1)
       __syncthreads();  // s_k complete, the staging buffer free
       if (tile + 1 < ntiles) stage(tile + 1);
 
-      // S = Q·Kᵀ for this warp's 16 heads x 16 entries.
-      float sacc[2][4] = {};
+      // S = Q·Kᵀ for this warp's 16 heads x SE entries (SE = 8: lanes 16-31 repeat the rows).
+      if (w < SW) {
+        constexpr int NJ = SE / 8;
+        float sacc[NJ][4] = {};
 #pragma unroll 4
-      for (int kk = 0; kk < D; kk += 16) {
-        uint32_t af[4], r[4];
-        ldmatrix_x4(af, s_q + (mt * 16 + (lane & 15)) * QS + kk + (lane >> 4) * 8);
-        ldmatrix_x4(r, s_k + (half * 16 + ((lane >> 4) << 3) + (lane & 7)) * QS + kk + ((lane >> 3) & 1) * 8);
-        mma_bf16(sacc[0], af, r[0], r[1]);
-        mma_bf16(sacc[1], af, r[2], r[3]);
-      }
+        for (int kk = 0; kk < D; kk += 16) {
+          uint32_t af[4], r[4];
+          ldmatrix_x4(af, s_q + (mt * 16 + (lane & 15)) * QS + kk + (lane >> 4) * 8);
+          ldmatrix_x4(r, s_k + (grp * SE + (NJ == 2 ? ((lane >> 4) << 3) : 0) + (lane & 7)) * QS + kk + ((lane >> 3) & 1) * 8);
+          mma_bf16(sacc[0], af, r[0], r[1]);
+          if constexpr (NJ == 2) mma_bf16(sacc[NJ - 1], af, r[2], r[3]);
+        }
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int col = half * 16 + j * 8 + (lane & 3) * 2, row = mt * 16 + (lane >> 2);
-        s_s[row * SS + col] = sacc[j][0] * a.scale;
-        s_s[row * SS + col + 1] = sacc[j][1] * a.scale;
-        s_s[(row + 8) * SS + col] = sacc[j][2] * a.scale;
-        s_s[(row + 8) * SS + col + 1] = sacc[j][3] * a.scale;
+        for (int j = 0; j < NJ; ++j) {
+          const int col = grp * SE + j * 8 + (lane & 3) * 2, row = mt * 16 + (lane >> 2);
+          s_s[row * SS + col] = sacc[j][0] * a.scale;
+          s_s[row * SS + col + 1] = sacc[j][1] * a.scale;
+          s_s[(row + 8) * SS + col] = sacc[j][2] * a.scale;
+          s_s[(row + 8) * SS + col + 1] = sacc[j][3] * a.scale;
+        }
       }
       __syncthreads();
 
@@ -579,7 +588,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
       }
       __syncthreads();
 
-      // O = O·alpha + P·V for this warp's 16 heads x D/2 channels.
+      // O = O·alpha + P·V for this warp's 16 heads x D/DG channels.
       const int r0 = mt * 16 + (lane >> 2);
       const float al0 = s_alpha[r0], al1 = s_alpha[r0 + 8];
 #pragma unroll
@@ -596,7 +605,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
 #pragma unroll
         for (int j = 0; j < NT; j += 2) {
           uint32_t r[4];
-          ldmatrix_x4_trans(r, s_k + (kk + (lane & 15)) * QS + half * (D / 2) + j * 8 + (lane >> 4) * 8);
+          ldmatrix_x4_trans(r, s_k + (kk + (lane & 15)) * QS + grp * (D / DG) + j * 8 + (lane >> 4) * 8);
           mma_bf16(o[j], af, r[0], r[1]);
           mma_bf16(o[j + 1], af, r[2], r[3]);
         }
@@ -614,7 +623,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
       const int hl = mt * 16 + (lane >> 2) + hr * 8;
       const int64_t hh = h0 + hl;
       if (hh >= heads) continue;
-      const int col = half * (D / 2) + j * 8 + (lane & 3) * 2;
+      const int col = grp * (D / DG) + j * 8 + (lane & 3) * 2;
       if (nsplit == 1) {
         const float l = s_l[hl];
         *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l, o[j][2 * hr + 1] / l);
@@ -624,6 +633,18 @@ __global__ void __launch_bounds__(kMmaT, 1)
       }
     }
   if (nsplit > 1) store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, s_m, s_l);
+}
+
+// Segments of a launch: enough for the most entries a query can see (its window plus every
+// compressed entry it may select, at most all candidates); with one segment the kernel
+// finishes the softmax itself.
+int attention_splits(const AttentionArgs& a) {
+  const bool multi = a.seqs != nullptr;
+  const int64_t t_win = multi ? a.max_t_win : a.t_win;
+  int64_t t_comp = multi ? a.max_t_comp : ((a.comp && a.comp_sel) ? a.t_comp : 0);
+  if (a.max_selected > 0) t_comp = std::min(t_comp, a.max_selected);
+  const int64_t bound = std::min<int64_t>(t_win + t_comp, a.window + t_comp);
+  return static_cast<int>(std::max<int64_t>(1, ceil_div(bound, kAttnSeg)));
 }
 
 // Launches kern (heads_per_cta heads per CTA, `bytes` of dynamic shared memory) over the
@@ -641,15 +662,7 @@ void launch_attention(AttnKernel kern, size_t bytes, int heads_per_cta, int thre
     opted.emplace_back(kern, dev);
   }
   const int64_t hb = ceil_div(a.heads, heads_per_cta);
-  // Segments: enough for the most entries a query can see (its window plus every compressed
-  // entry it may select, at most all candidates); with one segment the kernel finishes the
-  // softmax itself.
-  const bool multi = a.seqs != nullptr;
-  const int64_t t_win = multi ? a.max_t_win : a.t_win;
-  int64_t t_comp = multi ? a.max_t_comp : ((a.comp && a.comp_sel) ? a.t_comp : 0);
-  if (a.max_selected > 0) t_comp = std::min(t_comp, a.max_selected);
-  const int64_t bound = std::min<int64_t>(t_win + t_comp, a.window + t_comp);
-  const int nsplit = static_cast<int>(std::max<int64_t>(1, ceil_div(bound, kAttnSeg)));
+  const int nsplit = attention_splits(a);
   if (nsplit == 1) {
     const dim3 grid(static_cast<unsigned>(a.s), static_cast<unsigned>(hb), 1);
     kern<<<grid, threads, bytes, s>>>(a, 1, nullptr, nullptr, 0);
@@ -681,9 +694,17 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
   launch_attention(attention_tiled_k<DW, NW>, C::bytes, kAttnHeads, C::T, a, s);
 }
 
+// Heads per CTA: 64 when the launch has CTAs enough for two per SM of an H200 (132 SMs),
+// else 32, or 16 when even 32 leaves most SMs idle (decode: the same bits on more SMs; head
+// dims of 128 and up, so a warp's D/8 channels hold two n8 tiles).
 template <int D>
 void launch_attention_mma(const AttentionArgs& a, cudaStream_t s) {
-  launch_attention(attention_mma_k<D>, MmaCfg<D>::bytes, kMmaHeads, kMmaT, a, s);
+  const int64_t ctas64 = a.s * ceil_div(a.heads, 64) * attention_splits(a);
+  if (ctas64 >= 264) return launch_attention(attention_mma_k<D, 64>, MmaCfg<D, 64>::bytes, 64, kMmaT, a, s);
+  if constexpr (D >= 128)
+    if (ctas64 * 2 < 264 && a.heads > 32)
+      return launch_attention(attention_mma_k<D, 16>, MmaCfg<D, 16>::bytes, 16, kMmaT, a, s);
+  launch_attention(attention_mma_k<D, 32>, MmaCfg<D, 32>::bytes, 32, kMmaT, a, s);
 }
 
 }  // namespace
@@ -697,7 +718,7 @@ void attention(const AttentionArgs& a, bool bf16, cudaStream_t s) {
                                             a.t_win + (comp ? a.t_comp : 0) < (int64_t{1} << 30);
   const bool fast = !legacy_forced() && aligned16(a.q) && aligned16(a.out) && entries_aligned &&
                     ceil_div(a.heads, kAttnHeads) <= 65535;
-  if (fast && bf16 && ceil_div(a.heads, kMmaHeads) <= 65535) {
+  if (fast && bf16 && ceil_div(a.heads, 16) <= 65535) {
     switch (a.head_dim) {
       case 64: return launch_attention_mma<64>(a, s);
       case 128: return launch_attention_mma<128>(a, s);

@@ -8,16 +8,18 @@
 
 namespace deepinfer::kernels::cuda {
 
-// Enough blocks for two per SM of an H200 (132 SMs) at one row tile of 64-column tiles (the
-// decode configuration), segments of at least 512 k and a multiple of 128 (every tile
-// configuration's k slice divides them). Grouped-by-expert products are not split (their
-// blocks come from the experts).
-constexpr int64_t kSplitBlocks = 264, kSplitMinK = 512, kSplitAlign = 128;
+// A product of fewer than kSplitBelow 64-column tiles (the decode configuration's) is split
+// into segments for about kSplitBlocks blocks (8 per SM of an H200: whole waves), each at
+// least kSplitMinK long and a multiple of kSplitAlign (every tile configuration's k slice
+// divides them). Wider products already fill the GPU. Grouped-by-expert products are not
+// split (their blocks come from the experts).
+constexpr int64_t kSplitBelow = 264, kSplitBlocks = 1056, kSplitMinK = 512, kSplitAlign = 128;
 
 // The segment length: k when the product is not split.
 inline int64_t gemm_split_len(int64_t n, int64_t k, int64_t groups, bool grouped_by_expert) {
   if (grouped_by_expert || k % kSplitAlign != 0 || n <= 0) return k;
   const int64_t blocks = (n + 63) / 64 * std::max<int64_t>(groups, 1);
+  if (blocks >= kSplitBelow) return k;
   const int64_t S = std::min<int64_t>((kSplitBlocks + blocks - 1) / blocks, k / kSplitMinK);
   if (S <= 1) return k;
   return ((k + S - 1) / S + kSplitAlign - 1) / kSplitAlign * kSplitAlign;

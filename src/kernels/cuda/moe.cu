@@ -364,8 +364,14 @@ void moe_permute(const MoePermuteArgs& a, int32_t* counts, cudaStream_t s) {
 
 bool gemm_bf16_fits(int64_t n, int64_t k) { return k % 32 == 0 && n % 2 == 0 && k > 0 && n > 0; }
 
-// Products of at most kSplitRowsMax rows take the split launch, larger ones fold in registers.
-constexpr int64_t kSplitRowsMax = 512;
+namespace {
+// Split products of at most kSplitRowsMax rows per tile take the split launch (their partial
+// sums at most half the weight bytes more traffic, mostly in L2), larger ones fold in registers.
+constexpr int64_t kSplitRowsMax = 64;
+int64_t rows_per_tile(const Bf16Gemm& p) {
+  return p.offsets ? ceil_div(p.m, std::max<int64_t>(p.experts, 1)) : p.m;
+}
+}  // namespace
 
 int gemm_bf16_split(const Bf16Gemm& p) {
   return static_cast<int>(gemm_split_len(p.n, p.k, p.groups, p.offsets != nullptr));
@@ -373,21 +379,24 @@ int gemm_bf16_split(const Bf16Gemm& p) {
 
 int64_t gemm_bf16_workspace(const Bf16Gemm& p) {
   const int64_t S = ceil_div(p.k, gemm_bf16_split(p));
-  return S > 1 && p.m <= kSplitRowsMax ? S * p.groups * static_cast<int64_t>(p.m) * p.n : 0;
+  return S > 1 && rows_per_tile(p) <= kSplitRowsMax ? S * p.groups * static_cast<int64_t>(p.m) * p.n : 0;
 }
 
 void gemm_bf16(const Bf16Gemm& p, cudaStream_t s) {
   if (p.m == 0 || p.n == 0) return;
   // By the rows per tile (the rows per expert, or the product's rows): up to 16 (decode), 16-row
   // tiles over 64 columns and wide k slices, to keep enough weight bytes in flight; up to 128,
-  // 64 x 128 tiles; more, 128 x 128. Every configuration gives the same bits (see the top).
-  const int64_t per_tile = p.offsets ? ceil_div(p.m, std::max<int64_t>(p.experts, 1)) : p.m;
+  // 64 x 128 tiles; more, 128 x 128, except for split products folding in registers (a second
+  // set of accumulators: 216 registers at 128 x 128, one block per SM; 128 at 64 x 128, two).
+  // Every configuration gives the same bits (see the top).
+  const int64_t per_tile = rows_per_tile(p);
+  const bool fold = gemm_bf16_split(p) < p.k && !p.part;
   if (per_tile <= 16) {
     if (p.k % 128 == 0) launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
     else launch_gemm<16, 64, 32, 1, 4, 8>(p, s);
   } else if (p.k % 64 != 0) {
     launch_gemm<128, 128, 32, 2, 4, 4>(p, s);
-  } else if (per_tile <= 128) {
+  } else if (per_tile <= 128 || fold) {
     launch_gemm<64, 128, 64, 2, 4, 4>(p, s);
   } else {
     launch_gemm<128, 128, 64, 2, 4, 3>(p, s);
