@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -92,6 +93,66 @@ void grouped_experts() {
     }
     for (auto& v : w) cudaFree(const_cast<void*>(v.data));
   }
+}
+
+// The dense products of one decode step at one token (the bench shape's per-layer dims, bf16
+// weights, batch-invariant backend), and one token's six experts: GB/s of weights streamed
+// (each launch timed alone, with its activation conversion; inside a CUDA graph they run a
+// few us shorter).
+void decode_products() {
+  auto be = make_cuda_backend(0, Precision::kBF16, true);
+  struct P {
+    const char* name;
+    int64_t n, k, groups;
+  };
+  const P ps[] = {{"wq_a", 1280, 5120, 1},        {"wkv", 512, 5120, 1},        {"wq_b", 32768, 1280, 1},
+                  {"wo_a (8 groups)", 1024, 4096, 8}, {"wo_b", 5120, 8192, 1},     {"router", 64, 5120, 1},
+                  {"shared gate", 2304, 5120, 1}, {"shared down", 5120, 2304, 1}, {"head", 129280, 5120, 1}};
+  float* x = dalloc<float>(size_t{8} * 8192, 0.5f);
+  float* y = dalloc<float>(size_t{8} * 129280, 0.0f);
+  {
+    double total_ms = 0, total_bytes = 0;
+    for (const P& p : ps) {
+      const WeightView w{WeightFormat::kBF16, dalloc<uint16_t>(static_cast<size_t>(p.groups * p.n * p.k), 0x3c00), nullptr,
+                         p.groups * p.n, p.k};
+      const double ms = time_ms(*be, [&] {
+        be->matmul({.x = x, .w = w, .y = y, .m = 1, .n = p.n, .k = p.k, .groups = p.groups, .x_group_stride = p.k,
+                    .y_group_stride = p.n});
+      }, 50);
+      const double bytes = static_cast<double>(p.groups * p.n * p.k * 2);
+      std::printf("decode product %-16s [%6lld x %5lld] x %lld: %7.1f us, %5.0f GB/s (%3.0f%%)\n", p.name,
+                  static_cast<long long>(p.n), static_cast<long long>(p.k), static_cast<long long>(p.groups), ms * 1e3,
+                  bytes / ms / 1e6, 100 * bytes / ms * 1e3 / kBw);
+      if (std::string(p.name) != "head") {
+        total_ms += ms;
+        total_bytes += bytes;
+      }
+      cudaFree(const_cast<void*>(w.data));
+    }
+    std::printf("decode products: a layer's dense products %.1f us, %.0f GB/s (%.0f%%)\n", total_ms * 1e3,
+                total_bytes / total_ms / 1e6, 100 * total_bytes / total_ms * 1e3 / kBw);
+    // One token's six experts, up (2304 x 5120) and down (5120 x 2304).
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{2304, 5120}, {5120, 2304}}) {
+      const int64_t E = 64, rows = 6;
+      std::vector<WeightView> w;
+      for (int64_t e = 0; e < E; ++e)
+        w.push_back({WeightFormat::kBF16, e < rows ? dalloc<uint16_t>(static_cast<size_t>(n * k), 0x3c00) : w[0].data, nullptr, n, k});
+      std::vector<int32_t> off(static_cast<size_t>(E + 1), static_cast<int32_t>(rows));
+      for (int64_t e = 0; e <= rows; ++e) off[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+      int32_t* doff = dalloc<int32_t>(off.size(), 0);
+      cudaMemcpy(doff, off.data(), off.size() * 4, cudaMemcpyHostToDevice);
+      const double ms = time_ms(*be, [&] {
+        be->grouped_matmul({.x = x, .w = w.data(), .offsets = doff, .y = y, .rows = rows, .n = n, .k = k, .experts = E});
+      }, 50);
+      const double bytes = static_cast<double>(rows * n * k * 2);
+      std::printf("decode product experts x 6       [%6lld x %5lld]: %7.1f us, %5.0f GB/s (%3.0f%%)\n",
+                  static_cast<long long>(n), static_cast<long long>(k), ms * 1e3, bytes / ms / 1e6, 100 * bytes / ms * 1e3 / kBw);
+      for (int64_t e = 0; e < rows; ++e) cudaFree(const_cast<void*>(w[static_cast<size_t>(e)].data));
+      cudaFree(doff);
+    }
+  }
+  cudaFree(x);
+  cudaFree(y);
 }
 }  // namespace
 
@@ -301,6 +362,7 @@ int main() {
     }
     for (void* p : {static_cast<void*>(sc), static_cast<void*>(rs), static_cast<void*>(sel), static_cast<void*>(qp)}) cudaFree(p);
   }
+  decode_products();
   grouped_experts();
   sampling();
   return 0;

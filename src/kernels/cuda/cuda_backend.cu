@@ -201,13 +201,10 @@ class CudaBackend final : public Backend {
     if (!tensor_cores)
       return cuda::grouped_gemm_any(a.x, table, a.offsets, a.y, a.rows, a.n, a.k, a.experts,
                                     precision_ == Precision::kBF16, stream_);
-    auto* xb = scratch<__nv_bfloat16>(a.rows * a.k);
-    cuda::to_bf16(a.x, a.rows, a.rows, a.k, a.k, xb, stream_);
-    cuda::Bf16Gemm p{.x = xb, .ldx = a.k, .w_table = table, .offsets = a.offsets, .y = a.y, .ldy = a.n,
+    cuda::Bf16Gemm p{.ldx = a.k, .w_table = table, .offsets = a.offsets, .y = a.y, .ldy = a.n,
                      .m = static_cast<int>(a.rows), .n = static_cast<int>(a.n), .k = static_cast<int>(a.k),
                      .experts = static_cast<int>(a.experts)};
-    cuda::gemm_bf16(p, stream_);
-    release(xb);
+    gemm_bf16_from(p, a.x, a.rows, a.k, a.k);
   }
   void hc_mixes(const HcMixesArgs& a) override {
     if (a.rows == 0) return;
@@ -217,6 +214,25 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Runs p with x (float32, rows of row stride ldx, w_cols columns used) read in place when the
+  // kernel rounds it itself, else rounded into a contiguous bf16 copy first.
+  void gemm_bf16_from(cuda::Bf16Gemm p, const float* x, int64_t rows, int64_t w_cols, int64_t ldx) {
+    if (cuda::gemm_bf16_takes_f32(p) && reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0 &&
+        p.x_group_stride % 4 == 0) {
+      p.x_f32 = x;
+      p.ldx = ldx;
+    } else {
+      auto* xb = scratch<__nv_bfloat16>(rows * w_cols);
+      cuda::to_bf16(x, rows, rows, w_cols, ldx, xb, stream_);
+      p.x = xb;
+      p.ldx = w_cols;
+    }
+    const int64_t ws = cuda::gemm_bf16_workspace(p);
+    p.part = ws ? scratch<float>(ws) : nullptr;
+    cuda::gemm_bf16(p, stream_);
+    release(p.part);
+    if (p.x) release(const_cast<__nv_bfloat16*>(p.x));
+  }
   void gemm(const MatmulArgs& a, bool bf16) {
     if (a.m == 0 || a.n == 0) return;
     const int64_t G = std::max<int64_t>(1, a.groups);
@@ -232,18 +248,10 @@ class CudaBackend final : public Backend {
     if (bf16 && a.w.format == WeightFormat::kBF16 && (invariant_ || a.m <= kOwnGemmRows) &&
         cuda::gemm_bf16_fits(a.n, a.k) && reinterpret_cast<uintptr_t>(wb) % 16 == 0 && xs % 8 == 0 && ldy % 2 == 0 &&
         ys % 2 == 0 && reinterpret_cast<uintptr_t>(a.y) % 8 == 0) {
-      auto* xb = scratch<__nv_bfloat16>(a.m * xw);
-      cuda::to_bf16(a.x, a.m, a.m, xw, ldx, xb, stream_);
-      cuda::Bf16Gemm p{.x = xb, .ldx = xw, .w_dense = wb, .y = a.y, .ldy = ldy, .m = static_cast<int>(a.m),
-                       .n = static_cast<int>(a.n), .k = static_cast<int>(a.k), .groups = static_cast<int>(G),
-                       .x_group_stride = xs, .w_group_stride = a.n * a.k, .y_group_stride = ys,
-                       .counters = gemm_counters_};
-      const int64_t ws = cuda::gemm_bf16_workspace(p);
-      p.part = ws ? scratch<float>(ws) : nullptr;
-      cuda::gemm_bf16(p, stream_);
-      release(p.part);
-      release(xb);
-      return;
+      cuda::Bf16Gemm p{.w_dense = wb, .y = a.y, .ldy = ldy, .m = static_cast<int>(a.m), .n = static_cast<int>(a.n),
+                       .k = static_cast<int>(a.k), .groups = static_cast<int>(G), .x_group_stride = xs,
+                       .w_group_stride = a.n * a.k, .y_group_stride = ys, .counters = gemm_counters_};
+      return gemm_bf16_from(p, a.x, a.m, xw, ldx);
     }
     const int64_t esz = bf16 ? 2 : 4;
     // Weights: used in place when stored as the math's type, else dequantised to a temporary.

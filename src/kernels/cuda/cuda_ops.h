@@ -55,7 +55,8 @@ void moe_permute(const MoePermuteArgs& a, int32_t* counts, cudaStream_t s);
 // MoePermuteArgs.offsets, w_table a device copy of the experts' bf16 views). Needs
 // gemm_bf16_fits(n, k), 16-byte aligned rows (ldx, strides multiples of 8) and even ldy.
 struct Bf16Gemm {
-  const __nv_bfloat16* x = nullptr;  // [m, ldx] bf16
+  const __nv_bfloat16* x = nullptr;  // [m, ldx] bf16, or
+  const float* x_f32 = nullptr;      // [m, ldx] float32 (rounded in the kernel; see gemm_bf16_takes_f32)
   int64_t ldx = 0;
   const __nv_bfloat16* w_dense = nullptr;  // [n, k] (+ g * w_group_stride)
   const WeightView* w_table = nullptr;     // grouped: [experts]
@@ -74,6 +75,9 @@ constexpr int64_t kGemmCounters = 1 << 16;
 bool gemm_bf16_fits(int64_t n, int64_t k);
 // The k segment length of a product (gemm_split.h).
 int gemm_bf16_split(const Bf16Gemm& p);
+// Whether the launch reads x as float32 (x_f32, 16-byte aligned rows and group strides): the
+// decode tiling (at most 16 rows per tile, k a multiple of 128).
+bool gemm_bf16_takes_f32(const Bf16Gemm& p);
 // Floats of partial sums the launch uses when p.part is given (0: no split, or one that folds
 // in registers: many rows, or more tiles than counters).
 int64_t gemm_bf16_workspace(const Bf16Gemm& p);

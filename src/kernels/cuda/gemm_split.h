@@ -9,11 +9,12 @@
 namespace deepinfer::kernels::cuda {
 
 // A product of fewer than kSplitBelow 64-column tiles (the decode configuration's) is split
-// into segments for about kSplitBlocks blocks (8 per SM of an H200: whole waves), each at
-// least kSplitMinK long and a multiple of kSplitAlign (every tile configuration's k slice
+// into segments for about kSplitBlocks blocks (2 per SM of an H200; 8 per SM measured no
+// faster: blocks of few k slices spend their time filling the pipeline), each at least
+// kSplitMinK long and a multiple of kSplitAlign (every tile configuration's k slice
 // divides them). Wider products already fill the GPU. Grouped-by-expert products are not
 // split (their blocks come from the experts).
-constexpr int64_t kSplitBelow = 264, kSplitBlocks = 1056, kSplitMinK = 512, kSplitAlign = 128;
+constexpr int64_t kSplitBelow = 264, kSplitBlocks = 264, kSplitMinK = 512, kSplitAlign = 128;
 
 // The segment length: k when the product is not split.
 inline int64_t gemm_split_len(int64_t n, int64_t k, int64_t groups, bool grouped_by_expert) {

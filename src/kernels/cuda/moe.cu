@@ -123,7 +123,9 @@ __device__ bool find_tile(const int32_t* off, int E, int t, int* s_e, int* s_row
 // each a (BM/WARPS_M) x (BN/WARPS_N) tile of 16 x 8 mma tiles; STAGES-deep cp.async pipeline
 // of BK-wide k slices (BK changes nothing in the sums: k16 steps ascend either way; segments
 // are whole slices). FOLD: one block covers every segment, adding each one's sum as it ends.
-template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool FOLD>
+// XF: x is float32 (p.x_f32), rounded to bf16 on its way into shared memory (through registers,
+// loaded before a slice's products and stored after them), as to_bf16 would.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool FOLD, bool XF>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p, int ks) {
   constexpr int kThreads = WARPS_M * WARPS_N * 32, TM = BM / WARPS_M, TN = BN / WARPS_N, MI = TM / 16, NI = TN / 8;
   constexpr int LDS = BK + 8, CH = BK / 8;  // smem row stride (ldmatrix rows on distinct banks); 16-byte chunks per row
@@ -150,17 +152,55 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   const int seg = split ? static_cast<int>(blockIdx.z) % S : 0;
   const int n0 = static_cast<int>(blockIdx.x) * BN;
   const int rows = s_rows, ncols = min(BN, N - n0), row0 = s_row0;
-  const __nv_bfloat16* A = p.x + static_cast<int64_t>(row0) * p.ldx + g * p.x_group_stride;
+  const int64_t a_off = static_cast<int64_t>(row0) * p.ldx + g * p.x_group_stride;
+  const __nv_bfloat16* A = XF ? nullptr : p.x + a_off;
+  const float* AF = XF ? p.x_f32 + a_off : nullptr;
   const __nv_bfloat16* B = Wb + g * p.w_group_stride + static_cast<int64_t>(n0) * K;
   float* Y = p.y + static_cast<int64_t>(row0) * p.ldy + g * p.y_group_stride + n0;
   const int SEG = ks / BK;  // slices per segment
   const int kt0 = split ? seg * SEG : 0, kt1 = split ? min(K / BK, kt0 + SEG) : K / BK, KT = kt1 - kt0;
+  // XF: this thread's 8-element chunks of a slice of x (rows past the tile's: zeros).
+  constexpr int AC = XF ? (BM * CH + kThreads - 1) / kThreads : 1;
+  float4 areg[AC][2];
+  auto load_a = [&](int kt) {
+    if constexpr (XF) {
+      const int k0 = (kt0 + kt) * BK;
+#pragma unroll
+      for (int i = 0; i < AC; ++i) {
+        const int c = threadIdx.x + i * kThreads, r = c / CH, ch = c % CH;
+        const bool ok = c < BM * CH && r < rows;
+        const float4* src = reinterpret_cast<const float4*>(AF + static_cast<int64_t>(ok ? r : 0) * p.ldx + k0 + ch * 8);
+        areg[i][0] = ok ? src[0] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        areg[i][1] = ok ? src[1] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  };
+  auto store_a = [&](int stage) {
+    if constexpr (XF) {
+#pragma unroll
+      for (int i = 0; i < AC; ++i) {
+        const int c = threadIdx.x + i * kThreads, r = c / CH, ch = c % CH;
+        if (c >= BM * CH) continue;
+        const float4 u = areg[i][0], v = areg[i][1];
+        const __nv_bfloat162 b0 = __floats2bfloat162_rn(u.x, u.y), b1 = __floats2bfloat162_rn(u.z, u.w),
+                             b2 = __floats2bfloat162_rn(v.x, v.y), b3 = __floats2bfloat162_rn(v.z, v.w);
+        uint4 q;
+        q.x = *reinterpret_cast<const uint32_t*>(&b0);
+        q.y = *reinterpret_cast<const uint32_t*>(&b1);
+        q.z = *reinterpret_cast<const uint32_t*>(&b2);
+        q.w = *reinterpret_cast<const uint32_t*>(&b3);
+        *reinterpret_cast<uint4*>(sA + (stage * BM + r) * LDS + ch * 8) = q;
+      }
+    }
+  };
   auto load = [&](int stage, int kt) {  // kt counts from kt0
     const int k0 = (kt0 + kt) * BK;
-    for (int c = threadIdx.x; c < BM * CH; c += kThreads) {
-      const int r = c / CH, ch = c % CH;
-      const bool ok = r < rows;
-      cp_async16(sA + (stage * BM + r) * LDS + ch * 8, A + static_cast<int64_t>(ok ? r : 0) * p.ldx + k0 + ch * 8, ok);
+    if constexpr (!XF) {
+      for (int c = threadIdx.x; c < BM * CH; c += kThreads) {
+        const int r = c / CH, ch = c % CH;
+        const bool ok = r < rows;
+        cp_async16(sA + (stage * BM + r) * LDS + ch * 8, A + static_cast<int64_t>(ok ? r : 0) * p.ldx + k0 + ch * 8, ok);
+      }
     }
     for (int c = threadIdx.x; c < BN * CH; c += kThreads) {
       const int r = c / CH, ch = c % CH;
@@ -199,7 +239,11 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   }
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < KT) load(st, st);
+    if (st < KT) {
+      load(st, st);
+      load_a(st);
+      store_a(st);
+    }
     cp_async_commit();
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -207,7 +251,11 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   for (int kt = 0; kt < KT; ++kt) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage kt landed for every thread; stage kt-1 is free to refill
-    if (kt + STAGES - 1 < KT) load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+    const bool refill = kt + STAGES - 1 < KT;
+    if (refill) {
+      load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+      load_a(kt + STAGES - 1);
+    }
     cp_async_commit();
     if constexpr (FOLD)
       if (kt > 0 && kt % SEG == 0) fold();  // a segment ended
@@ -232,6 +280,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
 #pragma unroll
         for (int j = 0; j < NI; ++j) mma_bf16(acc[i][j], af[i], bf[j][0], bf[j][1]);
     }
+    // The refilled stage's x (its slot was freed by this iteration's barrier; read after the next).
+    if (refill) store_a((kt + STAGES - 1) % STAGES);
   }
   cp_async_wait<0>();
   fold();
@@ -285,14 +335,14 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   if (threadIdx.x == 0) *counter = 0;
 }
 
-template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES>
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool XF = false>
 void launch_gemm(Bf16Gemm p, cudaStream_t s) {
   const int ks = gemm_bf16_split(p), S = static_cast<int>(ceil_div(p.k, ks));
   // Grouped: at most ceil(rows / BM) + experts tiles (every expert's last tile may be partial).
   const int64_t tiles = ceil_div(p.m, BM) + (p.offsets ? p.experts : 0), cols = ceil_div(p.n, BN);
   if (S == 1 || tiles * cols * p.groups > kGemmCounters || !p.counters) p.part = nullptr;
-  auto kernel = S > 1 && !p.part ? gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, true>
-                                 : gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false>;
+  auto kernel = S > 1 && !p.part ? gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, true, XF>
+                                 : gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF>;
   constexpr int smem = STAGES * (BM + BN) * (BK + 8) * 2;
   // The opt-in above 48 KiB (per device, so set at every launch: one cheap driver call).
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -365,9 +415,10 @@ void moe_permute(const MoePermuteArgs& a, int32_t* counts, cudaStream_t s) {
 bool gemm_bf16_fits(int64_t n, int64_t k) { return k % 32 == 0 && n % 2 == 0 && k > 0 && n > 0; }
 
 namespace {
-// Split products of at most kSplitRowsMax rows per tile take the split launch (their partial
-// sums at most half the weight bytes more traffic, mostly in L2), larger ones fold in registers.
-constexpr int64_t kSplitRowsMax = 64;
+// Split products of at most kSplitRowsMax rows per tile take the split launch (measured
+// faster at 256 rows than folding: the partial sums stay mostly in L2), larger ones fold in
+// registers.
+constexpr int64_t kSplitRowsMax = 512;
 int64_t rows_per_tile(const Bf16Gemm& p) {
   return p.offsets ? ceil_div(p.m, std::max<int64_t>(p.experts, 1)) : p.m;
 }
@@ -382,8 +433,14 @@ int64_t gemm_bf16_workspace(const Bf16Gemm& p) {
   return S > 1 && rows_per_tile(p) <= kSplitRowsMax ? S * p.groups * static_cast<int64_t>(p.m) * p.n : 0;
 }
 
+bool gemm_bf16_takes_f32(const Bf16Gemm& p) { return rows_per_tile(p) <= 16 && p.k % 128 == 0; }
+
 void gemm_bf16(const Bf16Gemm& p, cudaStream_t s) {
   if (p.m == 0 || p.n == 0) return;
+  if (p.x_f32 && !gemm_bf16_takes_f32(p)) {
+    std::fprintf(stderr, "deepinfer: gemm_bf16 reads float32 x only in its decode tiling\n");
+    std::abort();
+  }
   // By the rows per tile (the rows per expert, or the product's rows): up to 16 (decode), 16-row
   // tiles over 64 columns and wide k slices, to keep enough weight bytes in flight; up to 128,
   // 64 x 128 tiles; more, 128 x 128, except for split products folding in registers (a second
@@ -392,8 +449,11 @@ void gemm_bf16(const Bf16Gemm& p, cudaStream_t s) {
   const int64_t per_tile = rows_per_tile(p);
   const bool fold = gemm_bf16_split(p) < p.k && !p.part;
   if (per_tile <= 16) {
-    if (p.k % 128 == 0) launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
-    else launch_gemm<16, 64, 32, 1, 4, 8>(p, s);
+    if (p.k % 128 != 0) return launch_gemm<16, 64, 32, 1, 4, 8>(p, s);
+    // Dense: 3 stages (65 KB of shared memory: three blocks per SM) measured 11% faster over a
+    // layer's decode products than 4 (two per SM); the experts' up projection 8% slower.
+    if (!p.offsets) return p.x_f32 ? launch_gemm<16, 64, 128, 1, 4, 3, true>(p, s) : launch_gemm<16, 64, 128, 1, 4, 3>(p, s);
+    return p.x_f32 ? launch_gemm<16, 64, 128, 1, 4, 4, true>(p, s) : launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
   } else if (p.k % 64 != 0) {
     launch_gemm<128, 128, 32, 2, 4, 4>(p, s);
   } else if (per_tile <= 128 || fold) {
