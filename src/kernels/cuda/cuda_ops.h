@@ -75,8 +75,8 @@ constexpr int64_t kGemmCounters = 1 << 16;
 bool gemm_bf16_fits(int64_t n, int64_t k);
 // The k segment length of a product (gemm_split.h).
 int gemm_bf16_split(const Bf16Gemm& p);
-// Whether the launch reads x as float32 (x_f32, 16-byte aligned rows and group strides): the
-// decode tiling (at most 16 rows per tile, k a multiple of 128).
+// Whether the launch reads x as float32 (x_f32, 16-byte aligned rows and group strides): dense
+// products in the decode tiling (at most 16 rows, k a multiple of 128).
 bool gemm_bf16_takes_f32(const Bf16Gemm& p);
 // Floats of partial sums the launch uses when p.part is given (0: no split, or one that folds
 // in registers: many rows, or more tiles than counters).

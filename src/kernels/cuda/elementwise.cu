@@ -222,8 +222,10 @@ __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float
 // A thread per column sums the slices, a thread per stream finishes pre and post; the comb
 // matrix is one element per thread (hc*hc <= 32), its row softmax and Sinkhorn sums taken in the serial order through
 // shuffles, so every element gets the bits the serial loops give.
+// HC: the stream count when known at compile time (4: the shuffle loops unroll), else 0.
+template <int HC>
 __global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
-  const int64_t r = blockIdx.x, hc = a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
+  const int64_t r = blockIdx.x, hc = HC ? HC : a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
   __shared__ float sum[kMaxMix + 1], m[kMaxMix];
   const int t = threadIdx.x;
   // Column j of the slices (j = 0: Σx², j > 0: mix j - 1) summed in slice order by one thread.
@@ -372,7 +374,8 @@ void hc_mixes(const HcMixesArgs& a, float* part, cudaStream_t s) {
   if ((2 + a.hc) * a.hc == 24) hc_project_k<24><<<grid, kMixThreads, 0, s>>>(a, part);  // hc = 4
   else hc_project_k<kMaxMix><<<grid, kMixThreads, 0, s>>>(a, part);
   DI_CUDA_LAUNCHED();
-  hc_mixes_k<<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
+  if (a.hc == 4) hc_mixes_k<4><<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
+  else hc_mixes_k<0><<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
   DI_CUDA_LAUNCHED();
 }
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s) {

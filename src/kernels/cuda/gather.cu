@@ -90,18 +90,21 @@ __global__ void gather_rows_k(const uint32_t* src, const int32_t* idx, uint32_t*
   dst[i] = src[static_cast<int64_t>(idx[r]) * width + c];
 }
 
-// A block per (token, kCombineChunk channels): thread 0 orders the token's K slots by (expert
-// id, slot) into shared memory, then every thread sums its channels in that order from 0.0f,
-// then + shared.
-constexpr int kCombineChunk = 1024;
+// A block per (token, kCombineChunk channels): the token's K slot ids and rows staged in
+// shared memory, thread 0 orders the slots by (expert id, slot), then every thread sums its
+// channels in that order from 0.0f, then + shared.
+constexpr int kCombineChunk = 256;
 __global__ void moe_combine_k(MoeCombineArgs a) {
-  extern __shared__ int order[];
+  extern __shared__ int sm[];
   const int64_t t = blockIdx.x, K = a.k, D = a.dim;
+  int *ids = sm, *order = sm + K, *row = sm + 2 * K;
+  for (int64_t k = threadIdx.x; k < K; k += blockDim.x) ids[k] = a.ids[t * K + k];
+  __syncthreads();
   if (threadIdx.x == 0) {
     for (int64_t k = 0; k < K; ++k) {  // insertion sort, stable: equal ids keep slot order
-      const int id = a.ids[t * K + k];
+      const int id = ids[k];
       int64_t p = k;
-      while (p > 0 && a.ids[t * K + order[p - 1]] > id) {
+      while (p > 0 && ids[order[p - 1]] > id) {
         order[p] = order[p - 1];
         --p;
       }
@@ -109,10 +112,12 @@ __global__ void moe_combine_k(MoeCombineArgs a) {
     }
   }
   __syncthreads();
+  for (int64_t k = threadIdx.x; k < K; k += blockDim.x) row[k] = a.slot_row[t * K + order[k]];
+  __syncthreads();
   const int64_t d1 = std::min<int64_t>(D, (blockIdx.y + 1) * static_cast<int64_t>(kCombineChunk));
   for (int64_t d = blockIdx.y * static_cast<int64_t>(kCombineChunk) + threadIdx.x; d < d1; d += blockDim.x) {
     float acc = 0.0f;
-    for (int64_t k = 0; k < K; ++k) acc = __fadd_rn(acc, a.expert_out[static_cast<int64_t>(a.slot_row[t * K + order[k]]) * D + d]);
+    for (int64_t k = 0; k < K; ++k) acc = __fadd_rn(acc, a.expert_out[static_cast<int64_t>(row[k]) * D + d]);
     if (a.shared) acc = __fadd_rn(acc, a.shared[t * D + d]);
     a.y[t * D + d] = acc;
   }
@@ -190,7 +195,7 @@ void gather_rows(const GatherRowsArgs& a, cudaStream_t s) {
 void moe_combine(const MoeCombineArgs& a, cudaStream_t s) {
   if (a.n <= 0 || a.dim <= 0) return;
   const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(a.dim, kCombineChunk)));
-  moe_combine_k<<<grid, kThreads, static_cast<size_t>(a.k > 0 ? a.k : 1) * sizeof(int), s>>>(a);
+  moe_combine_k<<<grid, kThreads, static_cast<size_t>(3 * std::max<int64_t>(a.k, 1)) * sizeof(int), s>>>(a);
   DI_CUDA_LAUNCHED();
 }
 

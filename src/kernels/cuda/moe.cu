@@ -433,7 +433,9 @@ int64_t gemm_bf16_workspace(const Bf16Gemm& p) {
   return S > 1 && rows_per_tile(p) <= kSplitRowsMax ? S * p.groups * static_cast<int64_t>(p.m) * p.n : 0;
 }
 
-bool gemm_bf16_takes_f32(const Bf16Gemm& p) { return rows_per_tile(p) <= 16 && p.k % 128 == 0; }
+// Grouped products keep the bf16 copy: their blocks run many k slices, and the float32 loads'
+// latency (waited for once per slice) made the experts 10% slower at one token.
+bool gemm_bf16_takes_f32(const Bf16Gemm& p) { return !p.offsets && rows_per_tile(p) <= 16 && p.k % 128 == 0; }
 
 void gemm_bf16(const Bf16Gemm& p, cudaStream_t s) {
   if (p.m == 0 || p.n == 0) return;
@@ -453,7 +455,7 @@ void gemm_bf16(const Bf16Gemm& p, cudaStream_t s) {
     // Dense: 3 stages (65 KB of shared memory: three blocks per SM) measured 11% faster over a
     // layer's decode products than 4 (two per SM); the experts' up projection 8% slower.
     if (!p.offsets) return p.x_f32 ? launch_gemm<16, 64, 128, 1, 4, 3, true>(p, s) : launch_gemm<16, 64, 128, 1, 4, 3>(p, s);
-    return p.x_f32 ? launch_gemm<16, 64, 128, 1, 4, 4, true>(p, s) : launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
+    return launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
   } else if (p.k % 64 != 0) {
     launch_gemm<128, 128, 32, 2, 4, 4>(p, s);
   } else if (per_tile <= 128 || fold) {
