@@ -175,9 +175,12 @@ __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
 // sigmoids, softmax and Sinkhorn.
 constexpr int kMaxMix = 32, kMixSlices = 16, kMixRows = 4, kMixThreads = 256;
 
+// Grid z: groups of NMIX mixes (few rows: more blocks; each mix's sums are the same bits in any
+// group, and every group computes Σx² alike, group 0 storing it).
 template <int NMIX>
 __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float* part) {
   const int64_t width = a.hc * a.dim, nmix = (2 + a.hc) * a.hc, r0 = static_cast<int64_t>(blockIdx.x) * kMixRows;
+  const int mix0 = static_cast<int>(blockIdx.z) * NMIX;
   const int slice = static_cast<int>(blockIdx.y);
   const int64_t len = (width + kMixSlices - 1) / kMixSlices, i0 = slice * len, i1 = min(width, i0 + len);
   const int nr = static_cast<int>(min(static_cast<int64_t>(kMixRows), a.rows - r0));
@@ -189,7 +192,7 @@ __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float
   for (int64_t i = i0 + threadIdx.x; i < i1; i += kMixThreads) {
     float f[NMIX];
 #pragma unroll
-    for (int j = 0; j < NMIX; ++j) f[j] = j < nmix ? a.fn[j * width + i] : 0.0f;
+    for (int j = 0; j < NMIX; ++j) f[j] = mix0 + j < nmix ? a.fn[(mix0 + j) * width + i] : 0.0f;
 #pragma unroll
     for (int r = 0; r < kMixRows; ++r) {
       if (r >= nr) break;
@@ -215,7 +218,7 @@ __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float
     float v = 0.0f;
     for (int w = 0; w < kMixThreads / 32; ++w) v += red[t][w];
     const int r = t / (NMIX + 1), j = t % (NMIX + 1);
-    part[((r0 + r) * kMixSlices + slice) * (kMaxMix + 1) + j] = v;
+    if (j == 0 ? mix0 == 0 : mix0 + j <= nmix) part[((r0 + r) * kMixSlices + slice) * (kMaxMix + 1) + (j == 0 ? 0 : mix0 + j)] = v;
   }
 }
 
@@ -370,9 +373,12 @@ void hc_mixes(const HcMixesArgs& a, float* part, cudaStream_t s) {
     std::fprintf(stderr, "deepinfer: hc_mixes supports at most %d mixes\n", kMaxMix);
     std::abort();
   }
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.rows, kMixRows)), kMixSlices);
-  if ((2 + a.hc) * a.hc == 24) hc_project_k<24><<<grid, kMixThreads, 0, s>>>(a, part);  // hc = 4
-  else hc_project_k<kMaxMix><<<grid, kMixThreads, 0, s>>>(a, part);
+  const unsigned row_groups = static_cast<unsigned>(ceil_div(a.rows, kMixRows));
+  const int nmix = static_cast<int>((2 + a.hc) * a.hc);
+  if (a.rows <= 4 * kMixRows)  // few rows: the mixes 6 per block, for 4x the blocks
+    hc_project_k<6><<<dim3(row_groups, kMixSlices, static_cast<unsigned>(ceil_div(nmix, 6))), kMixThreads, 0, s>>>(a, part);
+  else if (nmix == 24) hc_project_k<24><<<dim3(row_groups, kMixSlices), kMixThreads, 0, s>>>(a, part);  // hc = 4
+  else hc_project_k<kMaxMix><<<dim3(row_groups, kMixSlices), kMixThreads, 0, s>>>(a, part);
   DI_CUDA_LAUNCHED();
   if (a.hc == 4) hc_mixes_k<4><<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
   else hc_mixes_k<0><<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
