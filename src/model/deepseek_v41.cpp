@@ -456,12 +456,16 @@ void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
         any_lp = any_lp || ch->draw.logprobs >= 0;
         max_lp = std::max<int64_t>(max_lp, ch->draw.logprobs);
       }
+    // Every row plain greedy: no params (the backend then needs no scratch for weights).
+    const bool all_greedy = !any_lp && std::all_of(draws.begin(), draws.end(), [](const kernels::DrawParams& d) {
+      return d.temperature < kernels::kDrawGreedyTemperature;
+    });
     kernels::Buf<int32_t> ids(be_, m);
     kernels::Buf<kernels::DrawParams> d_draws(be_);
-    d_draws.upload(draws);
+    if (!all_greedy) d_draws.upload(draws);
     kernels::Buf<float> lp(be_, any_lp ? m : 0), top_lp(be_, any_lp ? m * max_lp : 0);
     kernels::Buf<int32_t> top_ids(be_, any_lp ? m * max_lp : 0);
-    be_.sample_rows({.x = lg.data(), .params = d_draws.data(), .ids = ids.data(), .rows = m, .cols = V,
+    be_.sample_rows({.x = lg.data(), .params = all_greedy ? nullptr : d_draws.data(), .ids = ids.data(), .rows = m, .cols = V,
                      .logprob = any_lp ? lp.data() : nullptr, .top_ids = any_lp ? top_ids.data() : nullptr,
                      .top_logprobs = any_lp ? top_lp.data() : nullptr, .max_logprobs = max_lp});
     const std::vector<int32_t> h = ids.download();

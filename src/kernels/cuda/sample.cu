@@ -501,6 +501,7 @@ __global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* sc
 }  // namespace
 
 int64_t sample_rows_scratch_bytes(const SampleRowsArgs& a) {
+  if (!a.params) return 0;  // every row greedy: no weights
   return std::min<int64_t>(a.rows, kRowsPerLaunch) * a.cols * static_cast<int64_t>(sizeof(double));
 }
 
