@@ -1,0 +1,55 @@
+// The k segments of the CUDA bf16 product (src/kernels/cuda/gemm_split.h, host-only): the
+// kernel relies on every segment being whole k slices of any tile configuration (multiples of
+// 128), at least 512 long, covering k exactly once; the released model's products split as the
+// README says; grouped and wide products are not split.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/gemm_split.h"
+
+using namespace deepinfer::kernels::cuda;
+
+TEST(GemmSplit, SegmentsAreWholeSlicesCoveringK) {
+  int split = 0;
+  for (int64_t n : {2, 64, 320, 512, 1280, 2304, 5120, 16384, 32768, 129280})
+    for (int64_t k = 32; k <= 16384; k += 32)
+      for (int64_t groups : {1, 2, 8}) {
+        const int64_t len = gemm_split_len(n, k, groups, false), S = gemm_split_segments(n, k, groups, false);
+        ASSERT_GT(len, 0);
+        ASSERT_GE(S * len, k) << n << " " << k;
+        ASSERT_LT((S - 1) * len, k) << n << " " << k;
+        if (S == 1) {
+          EXPECT_EQ(len, k);
+          continue;
+        }
+        ++split;
+        EXPECT_EQ(len % kSplitAlign, 0) << n << " " << k;
+        EXPECT_EQ(k % kSplitAlign, 0) << n << " " << k;
+        EXPECT_GE(len, kSplitMinK) << n << " " << k;
+        EXPECT_LT((n + 63) / 64 * groups, kSplitBelow) << "a wide product split: " << n << " x " << groups;
+        // Grouped-by-expert products never split.
+        EXPECT_EQ(gemm_split_len(n, k, groups, true), k);
+      }
+  EXPECT_GT(split, 1000);
+}
+
+TEST(GemmSplit, ReleasedShapes) {
+  struct Case {
+    int64_t n, k, groups, segments;
+  };
+  const Case cases[] = {
+      {1280, 5120, 1, 10},   // wq_a
+      {512, 5120, 1, 10},    // wkv
+      {64, 5120, 1, 10},     // the router's gate
+      {1024, 4096, 8, 3},    // wo_a, 8 groups
+      {5120, 8192, 1, 4},    // wo_b
+      {2304, 5120, 1, 8},    // the shared expert's gate and up
+      {5120, 2304, 1, 4},    // its down projection
+      {4096, 1280, 1, 2},    // the indexer's query projection
+      {32768, 1280, 1, 1},   // wq_b: wide
+      {129280, 5120, 1, 1},  // the head: wide
+  };
+  for (const Case& c : cases) EXPECT_EQ(gemm_split_segments(c.n, c.k, c.groups, false), c.segments) << c.n << " x " << c.k;
+  EXPECT_EQ(gemm_split_segments(2304, 5120, 1, true), 1);  // experts
+}
