@@ -49,7 +49,7 @@ int64_t weight_scale_bytes(const WeightView& w);
 
 // y = x · wᵀ over weight rows [w_row0, w_row0 + n); with groups > 1, group g multiplies the
 // columns [g*x_group_stride, +k) of x by weight rows [w_row0 + g*n, +n) into the columns
-// [g*y_group_stride, +n) of y (the grouped low-rank output projection).
+// [g*y_group_stride, +n) of y (the grouped low-rank output projection). y must not overlap x.
 struct MatmulArgs {
   const float* x = nullptr;  // [m, k] fp32
   WeightView w;              // [>= w_row0 + n, k] any format (stored weight layout [out, in])

@@ -47,7 +47,7 @@ class CudaBackend final : public Backend {
     }
     // The split products' tile counters (each launch leaves them zeroed).
     DI_CUDA_CHECK(cudaMalloc(&gemm_counters_, cuda::kGemmCounters * sizeof(int)));
-    DI_CUDA_CHECK(cudaMemset(gemm_counters_, 0, cuda::kGemmCounters * sizeof(int)));
+    DI_CUDA_CHECK(cudaMemsetAsync(gemm_counters_, 0, cuda::kGemmCounters * sizeof(int), stream_));  // before any op
     // Keep freed pool memory cached instead of returning it to the driver at every sync.
     cudaMemPool_t pool = nullptr;
     DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));

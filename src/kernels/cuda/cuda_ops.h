@@ -56,7 +56,8 @@ void moe_permute(const MoePermuteArgs& a, int32_t* counts, cudaStream_t s);
 // gemm_bf16_fits(n, k), 16-byte aligned rows (ldx, strides multiples of 8) and even ldy.
 struct Bf16Gemm {
   const __nv_bfloat16* x = nullptr;  // [m, ldx] bf16, or
-  const float* x_f32 = nullptr;      // [m, ldx] float32 (rounded in the kernel; see gemm_bf16_takes_f32)
+  const float* x_f32 = nullptr;      // [m, ldx] float32 (rounded in the kernel; see gemm_bf16_takes_f32;
+                                     // y must not overlap it: blocks read x while others write y)
   int64_t ldx = 0;
   const __nv_bfloat16* w_dense = nullptr;  // [n, k] (+ g * w_group_stride)
   const WeightView* w_table = nullptr;     // grouped: [experts]

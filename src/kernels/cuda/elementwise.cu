@@ -18,7 +18,10 @@ __global__ void rms_norm_k(const float* x, const float* w, float* y, int64_t dim
 }
 
 // Rows of up to kNormCache float4 per thread (dim <= 8192 at 256 threads), 16-byte aligned:
-// every load of the row in flight at once, kept in registers for the scaling pass.
+// every load of the row in flight at once, kept in registers for the scaling pass. Its sums
+// differ in order from rms_norm_k's; which one runs depends on dim and on the buffers'
+// alignment (the allocator's blocks are 256-byte aligned and the model's row offsets are
+// multiples of dim), never on the number of rows.
 constexpr int kNormCache = 8, kNormThreads = 256;
 __global__ void __launch_bounds__(kNormThreads) rms_norm_v4_k(const float* x, const float* w, float* y, int64_t dim, float eps) {
   const int64_t r = blockIdx.x, n4 = dim / 4;
