@@ -208,14 +208,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       cp_async16(sB + (stage * BN + r) * LDS + ch * 8, B + static_cast<int64_t>(ok ? r : 0) * K + k0 + ch * 8, ok);
     }
   };
-  float acc[MI][NI][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
-  float tot[FOLD ? MI : 1][FOLD ? NI : 1][4];  // FOLD: the sum of the finished segments
+  // acc: the current segment's sums; tot (FOLD only; otherwise unused and dropped by the
+  // compiler): the sum of the finished segments.
+  float acc[MI][NI][4] = {}, tot[MI][NI][4] = {};
   auto fold = [&] {
     if constexpr (FOLD) {
 #pragma unroll
@@ -229,14 +224,6 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
           }
     }
   };
-  if constexpr (FOLD) {
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-      for (int j = 0; j < NI; ++j)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) tot[i][j][v] = 0.0f;
-  }
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
     if (st < KT) {
@@ -296,9 +283,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = wm * TM + i * 16 + lane / 4 + h * 8;
-          if (r >= rows) continue;
-          if constexpr (FOLD) f(r, col, tot[i][j] + 2 * h);
-          else f(r, col, acc[i][j] + 2 * h);
+          if (r < rows) f(r, col, (FOLD ? tot : acc)[i][j] + 2 * h);
         }
       }
   };
