@@ -177,11 +177,7 @@ class CudaBackend final : public Backend {
   // zero-padded) from contiguous temporaries, so cuBLAS chooses the same kernel, and so the
   // same reduction order, for a row whatever else is in the batch.
   void matmul(const MatmulArgs& a) override { gemm(a, precision_ == Precision::kBF16); }
-  void moe_permute(const MoePermuteArgs& a) override {
-    int32_t* counts = scratch<int32_t>(a.experts);
-    cuda::moe_permute(a, counts, stream_);
-    release(counts);
-  }
+  void moe_permute(const MoePermuteArgs& a) override { cuda::moe_permute(a, stream_); }
   // Every expert in one launch, the offsets read on the device (no host round trip): bf16
   // tensor cores when every expert is stored as bf16, else float32 math from any format.
   void grouped_matmul(const GroupedMatmulArgs& a) override {
@@ -209,7 +205,7 @@ class CudaBackend final : public Backend {
   void hc_mixes(const HcMixesArgs& a) override {
     if (a.rows == 0) return;
     float* part = scratch<float>(cuda::hc_mixes_scratch(a.rows));
-    cuda::hc_mixes(a, part, stream_);
+    cuda::hc_mixes(a, part, gemm_counters_, stream_);
     release(part);
   }
 

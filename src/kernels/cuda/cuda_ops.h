@@ -20,8 +20,9 @@ void rope(const RopeArgs& a, cudaStream_t s);
 void swiglu(const SwigluArgs& a, cudaStream_t s);
 void compress_pool(const CompressPoolArgs& a, cudaStream_t s);
 void fake_quant(const FakeQuantArgs& a, cudaStream_t s);
-// part: scratch of hc_mixes_scratch(rows) floats.
-void hc_mixes(const HcMixesArgs& a, float* part, cudaStream_t s);
+// part: scratch of hc_mixes_scratch(rows) floats; counters: kGemmCounters zeroed ints, left
+// zeroed (or null: a second launch finishes the mixes).
+void hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s);
 int64_t hc_mixes_scratch(int64_t rows);
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s);
 void hc_expand(const HcExpandArgs& a, cudaStream_t s);
@@ -47,8 +48,8 @@ void dequant_bf16(const WeightView& w, int64_t row0, int64_t n, void* out, cudaS
 void fill_random(const RandomFillArgs& a, cudaStream_t s);
 void copy_batch(const CopyBatchArgs& a, cudaStream_t s);
 void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s);
-// moe.cu: the routing grouped by expert (counts: scratch of a.experts ints).
-void moe_permute(const MoePermuteArgs& a, int32_t* counts, cudaStream_t s);
+// moe.cu: the routing grouped by expert (one launch).
+void moe_permute(const MoePermuteArgs& a, cudaStream_t s);
 // y = x · wᵀ on bf16 tensor cores (mma.sync, float32 accumulation in one fixed k order: a
 // row's bits depend on nothing but its own x row and w). Dense (offsets null: rows [0, m),
 // one weight, `groups` strided problems on grid z) or grouped by expert (offsets as
@@ -72,6 +73,8 @@ struct Bf16Gemm {
   float* part = nullptr;
   int* counters = nullptr;
 };
+// Zeroed tile counters a launch leaves zeroed: the split products' and hc_mixes' row groups
+// (ops on one stream share one buffer).
 constexpr int64_t kGemmCounters = 1 << 16;
 bool gemm_bf16_fits(int64_t n, int64_t k);
 // The k segment length of a product (gemm_split.h).

@@ -26,12 +26,13 @@ constexpr int kNormCache = 8, kNormThreads = 256;
 __global__ void __launch_bounds__(kNormThreads) rms_norm_v4_k(const float* x, const float* w, float* y, int64_t dim, float eps) {
   const int64_t r = blockIdx.x, n4 = dim / 4;
   const float4* xr = reinterpret_cast<const float4*>(x + r * dim);
-  float4 v[kNormCache];
+  float4 v[kNormCache], g[kNormCache];  // the row and its weights, loaded together (one wait)
   float ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < kNormCache; ++j) {
     const int64_t i = threadIdx.x + j * kNormThreads;
     v[j] = i < n4 ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    g[j] = w && i < n4 ? reinterpret_cast<const float4*>(w)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 #pragma unroll
   for (int j = 0; j < kNormCache; ++j) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
@@ -43,10 +44,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_v4_k(const float* x, co
     const int64_t i = threadIdx.x + j * kNormThreads;
     if (i >= n4) break;
     float4 o = make_float4(v[j].x * inv, v[j].y * inv, v[j].z * inv, v[j].w * inv);
-    if (w) {
-      const float4 g = reinterpret_cast<const float4*>(w)[i];
-      o = make_float4(g.x * o.x, g.y * o.y, g.z * o.z, g.w * o.w);
-    }
+    if (w) o = make_float4(g[j].x * o.x, g[j].y * o.y, g[j].z * o.z, g[j].w * o.w);
     yr[i] = o;
   }
 }
@@ -174,14 +172,80 @@ __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
 // mHC mixes. hc_project_k: block (group of kMixRows rows, slice) reduces one of kMixSlices
 // fixed slices of the flattened rows: Σx² and the nmix dot products with fn, kept in
 // registers; the slice count never depends on the batch, so neither does any row's result.
-// hc_mixes_k: per row (one warp), the slices summed in order, then the norm, scales,
-// sigmoids, softmax and Sinkhorn.
+// hc_mixes_row: per row (a warp of the row group's last block), the slices summed in order,
+// then the norm, scales, sigmoids, softmax and Sinkhorn.
 constexpr int kMaxMix = 32, kMixSlices = 16, kMixRows = 4, kMixThreads = 256;
+constexpr int64_t kMixCounters = kGemmCounters;
+
+// Row r's mixes from its slices' partial sums, by one warp (lane = threadIdx.x % 32, sum and m
+// warp-private shared arrays): a lane per column sums the slices in slice order, a lane per
+// stream finishes pre and post; the comb matrix is one element per lane (hc*hc <= 32), its row
+// softmax and Sinkhorn sums taken in the serial order through shuffles, so every element gets
+// the bits the serial loops give. HC: the stream count when known at compile time (4: the
+// shuffle loops unroll), else 0.
+template <int HC>
+__device__ void hc_mixes_row(const HcMixesArgs& a, const float* part, int64_t r, float* sum, float* m) {
+  const int64_t hc = HC ? HC : a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
+  const int t = static_cast<int>(threadIdx.x % 32);
+  // Column j of the slices (j = 0: Σx², j > 0: mix j - 1); __ldcg: written by other blocks.
+  for (int j = t; j <= nmix; j += 32) {
+    float v = 0.0f;
+    for (int sl = 0; sl < kMixSlices; ++sl) v += __ldcg(part + (r * kMixSlices + sl) * (kMaxMix + 1) + j);
+    sum[j] = v;
+  }
+  __syncwarp();
+  const float inv = 1.0f / sqrtf(sum[0] / static_cast<float>(width) + a.norm_eps);
+  for (int j = t; j < nmix; j += 32) m[j] = sum[j + 1] * inv;
+  __syncwarp();
+  if (t < hc) {
+    auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
+    a.pre[r * hc + t] = sig(m[t] * a.scale[0] + a.base[t]) + a.hc_eps;
+    a.post[r * hc + t] = 2.0f * sig(m[hc + t] * a.scale[1] + a.base[hc + t]);
+  }
+  const int n = static_cast<int>(hc), j = t / n, k = t % n;  // this lane's element c[j][k]
+  const bool own = t < n * n;
+  const int jj = own ? j : 0, kk = own ? k : 0;
+  // Row j's elements sit on lanes j*n .. j*n+n-1, column k's on lanes k, n+k, ...
+  auto row_sum = [&](float v) {
+    float s = 0.0f;
+    for (int q = 0; q < n; ++q) s += __shfl_sync(0xffffffffu, v, jj * n + q);
+    return s;
+  };
+  auto row_max = [&](float v) {
+    float s = -INFINITY;
+    for (int q = 0; q < n; ++q) s = fmaxf(s, __shfl_sync(0xffffffffu, v, jj * n + q));
+    return s;
+  };
+  auto col_sum = [&](float v) {
+    float s = 0.0f;
+    for (int q = 0; q < n; ++q) s += __shfl_sync(0xffffffffu, v, q * n + kk);
+    return s;
+  };
+  float c = own ? m[2 * hc + j * hc + k] * a.scale[2] + a.base[2 * hc + j * hc + k] : 0.0f;
+  const float mx = row_max(c);
+  const float ex = expf(c - mx);
+  const float den = row_sum(ex);
+  c = ex / den + a.hc_eps;
+  for (int64_t it = 0; it < a.sinkhorn_iters; ++it) {
+    if (it > 0) c /= (row_sum(c) + a.hc_eps);
+    c /= (col_sum(c) + a.hc_eps);
+  }
+  if (own) a.comb[r * hc * hc + t] = c;
+}
+
+// The finish as its own launch (a warp per row), when there are no counters for the one above.
+template <int HC>
+__global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
+  __shared__ float sum[kMaxMix + 1], m[kMaxMix];
+  hc_mixes_row<HC>(a, part, blockIdx.x, sum, m);
+}
 
 // Grid z: groups of NMIX mixes (few rows: more blocks; each mix's sums are the same bits in any
-// group, and every group computes Σx² alike, group 0 storing it).
-template <int NMIX>
-__global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float* part) {
+// group, and every group computes Σx² alike, group 0 storing it). With counters (zeroed, left
+// zeroed): the last block of a row group to finish runs hc_mixes_row for its rows, a warp each
+// (one launch for the whole op).
+template <int NMIX, int HC>
+__global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float* part, int* counters) {
   const int64_t width = a.hc * a.dim, nmix = (2 + a.hc) * a.hc, r0 = static_cast<int64_t>(blockIdx.x) * kMixRows;
   const int mix0 = static_cast<int>(blockIdx.z) * NMIX;
   const int slice = static_cast<int>(blockIdx.y);
@@ -223,61 +287,18 @@ __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float
     const int r = t / (NMIX + 1), j = t % (NMIX + 1);
     if (j == 0 ? mix0 == 0 : mix0 + j <= nmix) part[((r0 + r) * kMixSlices + slice) * (kMaxMix + 1) + (j == 0 ? 0 : mix0 + j)] = v;
   }
-}
-
-// A thread per column sums the slices, a thread per stream finishes pre and post; the comb
-// matrix is one element per thread (hc*hc <= 32), its row softmax and Sinkhorn sums taken in the serial order through
-// shuffles, so every element gets the bits the serial loops give.
-// HC: the stream count when known at compile time (4: the shuffle loops unroll), else 0.
-template <int HC>
-__global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
-  const int64_t r = blockIdx.x, hc = HC ? HC : a.hc, width = hc * a.dim, nmix = (2 + hc) * hc;
-  __shared__ float sum[kMaxMix + 1], m[kMaxMix];
-  const int t = threadIdx.x;
-  // Column j of the slices (j = 0: Σx², j > 0: mix j - 1) summed in slice order by one thread.
-  for (int j = t; j <= nmix; j += 32) {
-    float v = 0.0f;
-    for (int sl = 0; sl < kMixSlices; ++sl) v += part[(r * kMixSlices + sl) * (kMaxMix + 1) + j];
-    sum[j] = v;
-  }
+  if (!counters) return;
+  __threadfence();
   __syncthreads();
-  const float inv = 1.0f / sqrtf(sum[0] / static_cast<float>(width) + a.norm_eps);
-  for (int j = t; j < nmix; j += 32) m[j] = sum[j + 1] * inv;
+  __shared__ bool s_last;
+  __shared__ float fin_sum[kMixRows][kMaxMix + 1], fin_m[kMixRows][kMaxMix];
+  if (threadIdx.x == 0) s_last = atomicAdd(counters + blockIdx.x, 1) == static_cast<int>(gridDim.y * gridDim.z) - 1;
   __syncthreads();
-  if (t < hc) {
-    auto sig = [](float v) { return 1.0f / (1.0f + expf(-v)); };
-    a.pre[r * hc + t] = sig(m[t] * a.scale[0] + a.base[t]) + a.hc_eps;
-    a.post[r * hc + t] = 2.0f * sig(m[hc + t] * a.scale[1] + a.base[hc + t]);
-  }
-  const int n = static_cast<int>(hc), j = t / n, k = t % n;  // this thread's element c[j][k]
-  const bool own = t < n * n;
-  const int jj = own ? j : 0, kk = own ? k : 0;
-  // Row j's elements sit on lanes j*n .. j*n+n-1, column k's on lanes k, n+k, ...
-  auto row_sum = [&](float v) {
-    float s = 0.0f;
-    for (int q = 0; q < n; ++q) s += __shfl_sync(0xffffffffu, v, jj * n + q);
-    return s;
-  };
-  auto row_max = [&](float v) {
-    float s = -INFINITY;
-    for (int q = 0; q < n; ++q) s = fmaxf(s, __shfl_sync(0xffffffffu, v, jj * n + q));
-    return s;
-  };
-  auto col_sum = [&](float v) {
-    float s = 0.0f;
-    for (int q = 0; q < n; ++q) s += __shfl_sync(0xffffffffu, v, q * n + kk);
-    return s;
-  };
-  float c = own ? m[2 * hc + j * hc + k] * a.scale[2] + a.base[2 * hc + j * hc + k] : 0.0f;
-  const float mx = row_max(c);
-  const float ex = expf(c - mx);
-  const float den = row_sum(ex);
-  c = ex / den + a.hc_eps;
-  for (int64_t it = 0; it < a.sinkhorn_iters; ++it) {
-    if (it > 0) c /= (row_sum(c) + a.hc_eps);
-    c /= (col_sum(c) + a.hc_eps);
-  }
-  if (own) a.comb[r * hc * hc + t] = c;
+  if (!s_last) return;
+  __threadfence();
+  static_assert(kMixThreads / 32 >= kMixRows, "a warp per row of the group");
+  if (warp < nr) hc_mixes_row<HC>(a, part, r0 + warp, fin_sum[warp], fin_m[warp]);
+  if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
 
 __global__ void hc_collapse_k(HcCollapseArgs a) {
@@ -370,22 +391,32 @@ void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStrea
   DI_CUDA_LAUNCHED();
 }
 int64_t hc_mixes_scratch(int64_t rows) { return rows * kMixSlices * (kMaxMix + 1); }
-void hc_mixes(const HcMixesArgs& a, float* part, cudaStream_t s) {
+
+namespace {
+template <int HC>
+void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) {
+  const unsigned row_groups = static_cast<unsigned>(ceil_div(a.rows, kMixRows));
+  const int nmix = static_cast<int>((2 + a.hc) * a.hc);
+  if (row_groups > kMixCounters) counters = nullptr;
+  if (a.rows <= 4 * kMixRows)  // few rows: the mixes 6 per block, for 4x the blocks
+    hc_project_k<6, HC><<<dim3(row_groups, kMixSlices, static_cast<unsigned>(ceil_div(nmix, 6))), kMixThreads, 0, s>>>(a, part, counters);
+  else if (nmix == 24) hc_project_k<24, HC><<<dim3(row_groups, kMixSlices), kMixThreads, 0, s>>>(a, part, counters);  // hc = 4
+  else hc_project_k<kMaxMix, HC><<<dim3(row_groups, kMixSlices), kMixThreads, 0, s>>>(a, part, counters);
+  DI_CUDA_LAUNCHED();
+  if (counters) return;  // finished by each row group's last block
+  hc_mixes_k<HC><<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
+  DI_CUDA_LAUNCHED();
+}
+}  // namespace
+
+void hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) {
   if (a.rows == 0) return;
   if ((2 + a.hc) * a.hc > kMaxMix) {
     std::fprintf(stderr, "deepinfer: hc_mixes supports at most %d mixes\n", kMaxMix);
     std::abort();
   }
-  const unsigned row_groups = static_cast<unsigned>(ceil_div(a.rows, kMixRows));
-  const int nmix = static_cast<int>((2 + a.hc) * a.hc);
-  if (a.rows <= 4 * kMixRows)  // few rows: the mixes 6 per block, for 4x the blocks
-    hc_project_k<6><<<dim3(row_groups, kMixSlices, static_cast<unsigned>(ceil_div(nmix, 6))), kMixThreads, 0, s>>>(a, part);
-  else if (nmix == 24) hc_project_k<24><<<dim3(row_groups, kMixSlices), kMixThreads, 0, s>>>(a, part);  // hc = 4
-  else hc_project_k<kMaxMix><<<dim3(row_groups, kMixSlices), kMixThreads, 0, s>>>(a, part);
-  DI_CUDA_LAUNCHED();
-  if (a.hc == 4) hc_mixes_k<4><<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
-  else hc_mixes_k<0><<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
-  DI_CUDA_LAUNCHED();
+  if (a.hc == 4) launch_hc_mixes<4>(a, part, counters, s);
+  else launch_hc_mixes<0>(a, part, counters, s);
 }
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s) {
   if (a.rows * a.dim == 0) return;

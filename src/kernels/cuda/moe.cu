@@ -1,5 +1,6 @@
 // CUDA: the routed experts without a round trip to the host, and the bf16 GEMM. moe_permute
-// groups the (token, slot) pairs by expert (a stable counting sort: one block per expert);
+// groups the (token, slot) pairs by expert (a stable counting sort: one block per expert, one
+// launch);
 // gemm_bf16 is a bf16 tensor-core product (mma.sync m16n8k16, float32 accumulation), dense or
 // with every expert in one launch (each block finding its expert and row tile from the
 // device-side offsets); grouped_gemm_any is the float32-math product for other formats.
@@ -22,28 +23,24 @@ namespace {
 
 constexpr int kPermThreads = 1024;
 
-// Block e: the number of pairs routed to expert e.
-__global__ void moe_count_k(const int32_t* ids, int64_t pairs, int32_t* counts) {
-  __shared__ int part[32];
-  const int e = static_cast<int>(blockIdx.x);
-  int c = 0;
-  for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) c += ids[i] == e;
-  c = static_cast<int>(block_sum_i(c, part));
-  if (threadIdx.x == 0) counts[e] = c;
-}
-
-// Block e: its first permuted row (the counts of the experts before it), then its pairs in
-// ascending pair index, compacted chunk by chunk with warp ballots.
-__global__ void moe_scatter_k(MoePermuteArgs a, const int32_t* counts) {
+// Block e: its first permuted row (the pairs routed to experts before it: one pass over the
+// ids, no separate count launch), then its pairs in ascending pair index, compacted chunk by
+// chunk with warp ballots.
+__global__ void moe_permute_k(MoePermuteArgs a) {
   __shared__ int part[32];
   __shared__ int warp_n[kPermThreads / 32];
   const int e = static_cast<int>(blockIdx.x);
-  int before = 0;
-  for (int64_t j = threadIdx.x; j < e; j += blockDim.x) before += counts[j];
+  int before = 0, own = 0;
+  for (int64_t i = threadIdx.x; i < a.n * a.k; i += blockDim.x) {
+    const int32_t id = a.ids[i];
+    before += id >= 0 && id < e;
+    own += id == e;
+  }
   int base = static_cast<int>(block_sum_i(before, part));
+  const int count = static_cast<int>(block_sum_i(own, part));
   if (threadIdx.x == 0) {
     a.offsets[e] = base;
-    if (e == a.experts - 1) a.offsets[a.experts] = base + counts[e];
+    if (e == a.experts - 1) a.offsets[a.experts] = base + count;
   }
   const int64_t pairs = a.n * a.k;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
@@ -323,8 +320,10 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool XF = false>
 void launch_gemm(Bf16Gemm p, cudaStream_t s) {
   const int ks = gemm_bf16_split(p), S = static_cast<int>(ceil_div(p.k, ks));
-  // Grouped: at most ceil(rows / BM) + experts tiles (every expert's last tile may be partial).
-  const int64_t tiles = ceil_div(p.m, BM) + (p.offsets ? p.experts : 0), cols = ceil_div(p.n, BN);
+  // Grouped: at most ceil(rows / BM) + min(experts, rows) tiles (every expert with rows may end
+  // on a partial tile, and at most `rows` experts have any): at one token 7 row tiles, not 65,
+  // so the launch is not mostly blocks that find no tile.
+  const int64_t tiles = ceil_div(p.m, BM) + (p.offsets ? std::min<int64_t>(p.experts, p.m) : 0), cols = ceil_div(p.n, BN);
   if (S == 1 || tiles * cols * p.groups > kGemmCounters || !p.counters) p.part = nullptr;
   auto kernel = S > 1 && !p.part ? gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, true, XF>
                                  : gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF>;
@@ -382,18 +381,17 @@ __global__ void __launch_bounds__(kAnyThreads)
 void grouped_gemm_any(const float* x, const WeightView* w, const int32_t* offsets, float* y, int64_t rows, int64_t n,
                       int64_t k, int64_t experts, bool bf16, cudaStream_t s) {
   if (rows == 0 || n == 0) return;
-  const dim3 grid(static_cast<unsigned>(ceil_div(n, kAnyCols)), static_cast<unsigned>(ceil_div(rows, kAnyRows) + experts));
+  const dim3 grid(static_cast<unsigned>(ceil_div(n, kAnyCols)),
+                  static_cast<unsigned>(ceil_div(rows, kAnyRows) + std::min<int64_t>(experts, rows)));
   const int N = static_cast<int>(n), K = static_cast<int>(k), E = static_cast<int>(experts);
   if (bf16) grouped_gemm_any_k<true><<<grid, kAnyThreads, 0, s>>>(x, w, offsets, y, N, K, E);
   else grouped_gemm_any_k<false><<<grid, kAnyThreads, 0, s>>>(x, w, offsets, y, N, K, E);
   DI_CUDA_LAUNCHED();
 }
 
-void moe_permute(const MoePermuteArgs& a, int32_t* counts, cudaStream_t s) {
+void moe_permute(const MoePermuteArgs& a, cudaStream_t s) {
   if (a.experts == 0) return;
-  moe_count_k<<<static_cast<unsigned>(a.experts), kPermThreads, 0, s>>>(a.ids, a.n * a.k, counts);
-  DI_CUDA_LAUNCHED();
-  moe_scatter_k<<<static_cast<unsigned>(a.experts), kPermThreads, 0, s>>>(a, counts);
+  moe_permute_k<<<static_cast<unsigned>(a.experts), kPermThreads, 0, s>>>(a);
   DI_CUDA_LAUNCHED();
 }
 

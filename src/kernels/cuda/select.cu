@@ -126,13 +126,12 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
   }
   __syncwarp();
   int32_t* ids = a.ids + r * a.top_k;
+  uint64_t taken = 0;  // bit j: expert lane + 32 j already chosen (E <= 2048, see router())
   for (int i = 0; i < K; ++i) {
     int best = -1;
     float bv = 0.0f;
-    for (int e = lane; e < E; e += 32) {
-      bool taken = false;
-      for (int p = 0; p < i; ++p) taken = taken || ids[p] == e;
-      if (!taken && (best < 0 || biased[e] > bv)) {
+    for (int e = lane, j = 0; e < E; e += 32, ++j) {
+      if (!((taken >> j) & 1) && (best < 0 || biased[e] > bv)) {
         best = e;
         bv = biased[e];
       }
@@ -145,9 +144,11 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
         bv = ov;
       }
     }
+    best = __shfl_sync(0xffffffffu, best, 0);  // lane 0's choice is the one stored
     if (lane == 0) ids[i] = best;
-    __syncwarp();
+    if (best >= 0 && best % 32 == lane) taken |= uint64_t{1} << (best / 32);
   }
+  __syncwarp();
   if (lane != 0) return;
   float sum = 0.0f;
   for (int i = 0; i < K; ++i) sum += sc[ids[i]];
@@ -189,8 +190,8 @@ void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s) {
 void router(const RouterArgs& a, cudaStream_t s) {
   if (a.rows == 0) return;
   const size_t smem = static_cast<size_t>(kRouterWarps * 2 * a.experts) * sizeof(float);
-  if (smem > 48 * 1024) {
-    std::fprintf(stderr, "deepinfer: router supports at most %d experts\n", 48 * 1024 / (kRouterWarps * 8));
+  if (smem > 48 * 1024 || a.experts > 2048) {
+    std::fprintf(stderr, "deepinfer: router supports at most %d experts\n", std::min(2048, 48 * 1024 / (kRouterWarps * 8)));
     std::abort();
   }
   router_k<<<static_cast<unsigned>(ceil_div(a.rows, kRouterWarps)), kRouterWarps * 32, smem, s>>>(a);
