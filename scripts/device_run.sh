@@ -3,8 +3,8 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, engine, profile, kernels, check, baseline, all (all but
-#   baseline and kernels);
+#   stages: test (default), bench, engine, profile, kernels, detail, check, baseline, all (all
+#   but baseline, kernels and detail);
 #   BENCH_ARGS are passed to bench/bench_device
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -94,6 +94,14 @@ for i in range(128):
       ./build/cuda/bench/bench_device --device cuda-profile --batches 1 --prompts 0 --steps 10 ${PROFILE_ARGS:-} >> "$R" 2>&1
       echo "== per-op profile, prefill 1 x 4096 replay + exact" >> "$R"
       ./build/cuda/bench/bench_device --device cuda-profile --batches "" --prompts 1 --prompt-len 4096 >> "$R" 2>&1
+      ;;
+    detail)
+      # ncu's full section set for the launches DETAIL_ARGS picks (e.g. "-k regex:attention_mma_k
+      # --launch-skip 2 -c 1 ./build/cuda/tests/test_cuda_parity --gtest_filter=CudaPrefill.*Tensor*").
+      echo "== ncu detail: ${DETAIL_ARGS:-}" >> "$R"
+      # shellcheck disable=SC2086
+      ncu --set full ${DETAIL_ARGS:-} > "$OUT/ncu_detail.txt" 2>&1
+      echo "ncu exit $?" >> "$R"
       ;;
     kernels)
       # GPU time of every kernel of one batch-1 decode step at 4096 context (ncu, one metric
