@@ -165,6 +165,10 @@ struct AttentionArgs {
   // sizing only, 0 = up to t_comp. A bound below the truth never drops entries, but the rows'
   // bits then depend on the launch (the segments are sized from the bound).
   int64_t max_selected = 0;
+  // Several sequences: Σ over them of t_win + (comp and comp_sel set ? t_comp : 0), the rows a
+  // backend that stages the entries (CUDA, bf16) copies; 0 = not given (it then assumes
+  // n_seqs x (max_t_win + max_t_comp)). A value below the truth is an error.
+  int64_t total_entries = 0;
 };
 
 // Independent copies in one op (e.g. every sequence's new window entries into its ring).

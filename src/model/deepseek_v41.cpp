@@ -585,7 +585,7 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
   if (ratio > 0 && c.is_kv_source(l)) publish_sources(l, s);
   std::vector<kernels::AttentionSeq> seqs;
   std::vector<int32_t> q_seq(static_cast<size_t>(n));
-  int64_t max_t_win = 0, max_t_comp = 0;
+  int64_t max_t_win = 0, max_t_comp = 0, total_entries = 0;
   for (size_t qi = 0; qi < nseq; ++qi) {
     const int64_t r0 = s.row0[qi], m = s.rows[qi];
     if (m == 0) continue;
@@ -612,6 +612,7 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
                     .comp_sel = comp_sel, .t_win = t_win, .t_comp = t_comp, .q0 = r0});
     max_t_win = std::max(max_t_win, t_win);
     max_t_comp = std::max(max_t_comp, t_comp);
+    total_entries += t_win + (comp && comp_sel ? t_comp : 0);
   }
   {
     kernels::Buf<kernels::AttentionSeq> d_seqs(be_);
@@ -621,7 +622,8 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     be_.attention({.q = s.q.data(), .q_pos = s.d_pos.data(), .sink = A.attn_sink, .out = s.o.data(), .s = n, .heads = H,
                    .head_dim = hd, .window = c.sliding_window, .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
                    .seqs = d_seqs.data(), .q_seq = d_q_seq.data(), .n_seqs = static_cast<int64_t>(seqs.size()),
-                   .max_t_win = max_t_win, .max_t_comp = max_t_comp, .max_selected = c.index_topk});
+                   .max_t_win = max_t_win, .max_t_comp = max_t_comp, .max_selected = c.index_topk,
+                   .total_entries = total_entries});
   }
   // Every ring keeps its last window-1 entries: the new rows' FP8 codes and scales copied in.
   std::vector<kernels::CopyDesc> ring_writes;

@@ -278,10 +278,10 @@ TEST(CudaPrefill, CandidateBlocks) {
 
 }  // namespace
 
-// Several sequences in one attention call (AttentionArgs.seqs): the CPU reference, and each
-// query's output bitwise equal to its sequence attended alone on the GPU (batch invariance).
-TEST(CudaMultiSequence, AttentionMatchesTheCpuAndEachSequenceAlone) {
-  Backends b;
+// Several sequences in one attention call (AttentionArgs.seqs) on `gpu`: the CPU reference
+// within tol, and each query's output bitwise equal to its sequence attended alone on the GPU
+// (batch invariance). total: pass AttentionArgs.total_entries (else the backend's bound).
+void check_multi_sequence_attention(Backends& b, Backend& gpu, double tol, bool total) {
   const int64_t H = 64, hd = 512, window = 128;
   struct Seq {
     int64_t m, t_win, t_comp;
@@ -310,9 +310,10 @@ TEST(CudaMultiSequence, AttentionMatchesTheCpuAndEachSequenceAlone) {
   // CPU: one multi-sequence call with host descriptors.
   std::vector<AttentionSeq> hseqs;
   std::vector<int32_t> qseq;
-  int64_t r0 = 0, max_win = 0, max_comp = 0;
+  int64_t r0 = 0, max_win = 0, max_comp = 0, n_entries = 0;
   for (size_t i = 0; i < shape.size(); ++i) {
     const Seq& sq = shape[i];
+    n_entries += sq.t_win + sq.t_comp;
     hseqs.push_back({.win = win[i].data(), .win_pos = wpos[i].data(), .comp = sq.t_comp ? comp[i].data() : nullptr,
                      .comp_sel = sq.t_comp ? sel[i].data() : nullptr, .t_win = sq.t_win, .t_comp = sq.t_comp, .q0 = r0});
     for (int64_t r = 0; r < sq.m; ++r) qseq.push_back(static_cast<int32_t>(i));
@@ -347,27 +348,42 @@ TEST(CudaMultiSequence, AttentionMatchesTheCpuAndEachSequenceAlone) {
   std::memcpy(seq_bytes.data(), dseqs.data(), seq_bytes.size());
   Dev<uint8_t> dseq_bytes(seq_bytes);
   Dev<int32_t> dqseq(qseq);
-  b.gpu->attention({.q = dq.p, .q_pos = dqpos.p, .sink = dsink.p, .out = dout.p, .s = s, .heads = H, .head_dim = hd,
-                    .window = window, .scale = scale, .seqs = reinterpret_cast<const AttentionSeq*>(dseq_bytes.p),
-                    .q_seq = dqseq.p, .n_seqs = static_cast<int64_t>(dseqs.size()), .max_t_win = max_win,
-                    .max_t_comp = max_comp});
-  b.gpu->synchronize();
+  gpu.attention({.q = dq.p, .q_pos = dqpos.p, .sink = dsink.p, .out = dout.p, .s = s, .heads = H, .head_dim = hd,
+                 .window = window, .scale = scale, .seqs = reinterpret_cast<const AttentionSeq*>(dseq_bytes.p),
+                 .q_seq = dqseq.p, .n_seqs = static_cast<int64_t>(dseqs.size()), .max_t_win = max_win,
+                 .max_t_comp = max_comp, .total_entries = total ? n_entries : 0});
+  gpu.synchronize();
   const std::vector<float> got = dout.get();
-  EXPECT_LT(rel_err(ref, got), 1e-5);
+  EXPECT_LT(rel_err(ref, got), tol);
   // Each sequence alone (single-sequence form) on the GPU: the same bits.
   r0 = 0;
   for (size_t i = 0; i < shape.size(); ++i) {
     const Seq& sq = shape[i];
     Dev<float> one(static_cast<size_t>(sq.m * H * hd));
-    b.gpu->attention({.q = dq.p + r0 * H * hd, .q_pos = dqpos.p + r0, .win = dwin[i]->p, .win_pos = dwpos[i]->p,
-                      .comp = sq.t_comp ? dcomp[i]->p : nullptr, .comp_sel = sq.t_comp ? dsel[i]->p : nullptr,
-                      .sink = dsink.p, .out = one.p, .s = sq.m, .heads = H, .head_dim = hd, .t_win = sq.t_win,
-                      .t_comp = sq.t_comp, .window = window, .scale = scale});
-    b.gpu->synchronize();
+    gpu.attention({.q = dq.p + r0 * H * hd, .q_pos = dqpos.p + r0, .win = dwin[i]->p, .win_pos = dwpos[i]->p,
+                   .comp = sq.t_comp ? dcomp[i]->p : nullptr, .comp_sel = sq.t_comp ? dsel[i]->p : nullptr,
+                   .sink = dsink.p, .out = one.p, .s = sq.m, .heads = H, .head_dim = hd, .t_win = sq.t_win,
+                   .t_comp = sq.t_comp, .window = window, .scale = scale});
+    gpu.synchronize();
     const std::vector<float> alone = one.get();
     EXPECT_EQ(std::memcmp(alone.data(), got.data() + r0 * H * hd, alone.size() * sizeof(float)), 0) << "sequence " << i;
     r0 += sq.m;
   }
+}
+
+TEST(CudaMultiSequence, AttentionMatchesTheCpuAndEachSequenceAlone) {
+  Backends b;
+  check_multi_sequence_attention(b, *b.gpu, 1e-5, true);
+}
+
+// The bf16 backend stages every sequence's entries as bf16 rows (at the sequence's first row,
+// the sum of the earlier ones' rows) before its tensor-core kernel: with total_entries given and
+// with the backend's own bound. Inputs unrounded: within 1e-2 (check_attention's bound).
+TEST(CudaMultiSequence, AttentionOnTheTensorCoresMatchesTheCpuAndEachSequenceAlone) {
+  Backends b;
+  auto bf16 = make_cuda_backend(0, Precision::kBF16);
+  check_multi_sequence_attention(b, *bf16, 1e-2, true);
+  check_multi_sequence_attention(b, *bf16, 1e-2, false);
 }
 
 // copy_batch and dequant_packed_batch against their single forms.

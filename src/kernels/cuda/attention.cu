@@ -60,6 +60,7 @@ __device__ inline int visible_entry(const AttentionArgs& a, const QueryEntries& 
 }
 
 __global__ void attention_k(AttentionArgs a) {
+  DI_PDL_ENTRY();
   const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= a.s * a.heads) return;
@@ -110,16 +111,17 @@ constexpr int64_t kAttnGroup = 256;  // queries per launch when split (bounds th
 
 // The indices of the entries a query sees (window first, then its selected compressed entries),
 // compacted in ascending order into shared memory a batch at a time: the visible-entry ordinals
-// [lo, hi) of the query's segment, at most kAttnListCap held. T threads, R candidates each per
-// round; s_scan holds T / 32 ints.
-template <int T>
+// [lo, hi) of the query's segment, at most CAP held. T threads, R candidates each per round;
+// s_scan holds T / 32 ints.
+template <int T, int CAP = kAttnListCap>
 struct VisibleList {
   static constexpr int R = kAttnPerThread, CH = T * R, NW = T / 32;
   int64_t cand, ord, base_ord, lo, hi, c_all;
   int n_list;
 
-  // A batch that is not the last holds at least one whole tile (else a round could add nothing).
-  static_assert(kAttnListCap >= CH + kAttnTile, "list capacity");
+  // A batch that is not the last holds at least one whole tile of up to 64 entries (else a
+  // round could add nothing).
+  static_assert(CAP >= CH + 64, "list capacity");
   __device__ void start(int64_t lo_, int64_t hi_, int64_t c_all_) {
     lo = lo_;
     hi = hi_;
@@ -137,7 +139,7 @@ struct VisibleList {
   template <class Vis>
   __device__ void fill(Vis visible, int* s_list, int* s_scan) {
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    while (cand < c_all && n_list + CH <= kAttnListCap) {
+    while (cand < c_all && n_list + CH <= CAP) {
       int f[R], cnt = 0;
       const int64_t cb = cand + static_cast<int64_t>(tid) * R;
 #pragma unroll
@@ -253,6 +255,7 @@ struct AttnCfg {
 template <int DW, int NW>
 __global__ void __launch_bounds__(NW * 32, 1)
     attention_tiled_k(AttentionArgs a, int nsplit, float* part_o, float* part_ml, int64_t t_base) {
+  DI_PDL_ENTRY();
   using C = AttnCfg<DW, NW>;
   constexpr int D = C::D, T = C::T, HC = kAttnHeads, TN = kAttnTile;
   extern __shared__ __align__(16) float smem[];
@@ -417,6 +420,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
 
 // Merges the splits' partial softmaxes: out = Σ o_i e^(m_i - M) / Σ l_i e^(m_i - M).
 __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* part_o, const float* part_ml, int64_t t_base) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t D = a.head_dim;
   if (i >= a.s * a.heads * D) return;
@@ -440,34 +444,36 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
 }
 
 // ---------------------------------------------------------------------------------------
-// Attention on the tensor cores (bf16 backends): a CTA of 8 warps per (query, HC heads, split),
-// HC = 64, 32 or 16 (MT = HC / 16 mma row tiles). Q (HC heads x D) and each tile of 32 visible
-// entries go to shared memory rounded to bf16 (the FP8 window and compressed entries are
-// exact; Q after RoPE is rounded here, as in any bf16 attention); S = Q·Kᵀ by mma.sync (warp w:
-// heads 16 (w % MT) .. +16, entries SE (w / MT) .. +SE, SE = 16 at HC 64, else 8: at HC 16 four
-// warps); the online softmax per head as in the float32 kernel (denominator in float32, P
-// rounded to bf16 for the product); O = O·alpha + P·V in registers (warp w: heads 16 (w % MT)
-// .. +16, channels D/DG (w / MT) .. +D/DG, DG = 8 / MT; V = K, the same tile, read transposed
-// by ldmatrix). Each output element is the same chain of mma steps whatever HC (a row of the
-// product depends only on its own head's row), so HC changes the CTAs, never the bits: fewer
-// heads per CTA spread a few queries over more SMs. The visible-entry lists, segments and
-// combine are the float32 kernel's, so a query's arithmetic again depends only on its own
-// entries.
-constexpr int kMmaTile = 32, kMmaWarps = 8, kMmaT = kMmaWarps * 32;
+// Attention on the tensor cores (bf16 backends). The entries are first rounded to bf16 into one
+// staging buffer (entries_bf16_k: each sequence's window rows, then its compressed rows, from
+// the sequence's first row e0; the float32 kernels' rounding of K, done once per entry instead
+// of once per query), so a tile of TN = 64 entries goes to shared memory by cp.async as it is,
+// the next tile loading while this one computes. A CTA of 8 warps per (query, HC heads, split),
+// HC = 64, 32 or 16 (MT = HC / 16 mma row tiles, DG = 8 / MT warps per row tile):
+// - S = Q·Kᵀ by mma.sync: warp w computes heads 16 (w % MT) .. +16 x entries SE (w / MT) ..
+//   +SE (SE = TN / DG) over the whole head dimension, into shared memory (Q rounded to bf16 there);
+// - every warp takes back its 16 heads' whole rows (TN entries) in the mma accumulator layout
+//   and runs the online softmax in registers (a row's four lanes reduce by two shuffles, every
+//   lane ending with the same bits), started from the sink;
+// - P, rounded to bf16, is the A operand of O = O·alpha + P·V straight from registers (warp w:
+//   channels D/DG (w / MT) .. +D/DG; V = K, the same tile, read transposed by ldmatrix).
+// A score is one chain of mma steps over the head dimension, a row's softmax the same quad
+// arithmetic and an output element one chain of mma steps over the entries whatever HC, so HC
+// changes the CTAs, never the bits: fewer heads per CTA spread a few queries over more SMs. The
+// visible-entry lists, segments and combine are the float32 kernel's, so a query's arithmetic
+// depends only on its own entries.
+constexpr int kMmaTile = 64, kMmaWarps = 8, kMmaT = kMmaWarps * 32, kMmaListCap = 2048;
 
 template <int D, int HC>
 struct MmaCfg {
-  static constexpr int QS = D + 8, PS = kMmaTile + 8, SS = kMmaTile + 1;  // row strides
+  static constexpr int QS = D + 8, SS = kMmaTile + 8;                       // row strides (bf16, f32)
   static constexpr size_t qOff = 0;                                          // bf16 [HC][QS]
-  static constexpr size_t kOff = qOff + size_t{HC} * QS * 2;                 // bf16 [TN][QS]
-  static constexpr size_t pOff = kOff + size_t{kMmaTile} * QS * 2;           // bf16 [HC][PS]
-  static constexpr size_t sOff = pOff + size_t{HC} * PS * 2;                 // f32 [HC][SS]
-  static constexpr size_t statOff = sOff + size_t{HC} * SS * 4;              // f32 m, l, alpha [3][HC]
-  static constexpr size_t listOff = statOff + size_t{3} * HC * 4;            // int [LCAP]
-  static constexpr size_t scanOff = listOff + size_t{kAttnListCap} * 4;      // int [T / 32]
-  static constexpr size_t stageOff = scanOff + size_t{kMmaWarps} * 4;        // f32 [TN][D]: the next tile
-  static constexpr size_t bytes = stageOff + size_t{kMmaTile} * D * 4;
-  static_assert(D % 16 == 0 && kOff % 16 == 0 && pOff % 16 == 0 && sOff % 16 == 0 && stageOff % 16 == 0, "alignment");
+  static constexpr size_t kOff = qOff + size_t{HC} * QS * 2;                 // bf16 [2][TN][QS]
+  static constexpr size_t sOff = kOff + size_t{2} * kMmaTile * QS * 2;       // f32 [HC][SS]
+  static constexpr size_t listOff = sOff + size_t{HC} * SS * 4;              // int [kMmaListCap]
+  static constexpr size_t scanOff = listOff + size_t{kMmaListCap} * 4;       // int [warps]
+  static constexpr size_t bytes = scanOff + size_t{kMmaWarps} * 4;
+  static_assert(D % 16 == 0 && kOff % 16 == 0 && sOff % 16 == 0, "alignment");
 };
 
 // 4 floats -> 4 bf16 (round to nearest even) at dst.
@@ -478,39 +484,88 @@ __device__ __forceinline__ void st_bf16x4(__nv_bfloat16* dst, float4 v) {
   u.y = *reinterpret_cast<const uint32_t*>(&hi);
   *reinterpret_cast<uint2*>(dst) = u;
 }
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// The rows a query can see, staged: window rows first, then the compressed rows when a
+// selection may name them (the kernels' entries_of rule).
+struct StagedRows {
+  const float* win;
+  const float* comp;
+  int64_t t_win, t_comp;
+};
+__device__ inline StagedRows staged_rows(const AttentionArgs& a, int64_t si) {
+  if (a.seqs) {
+    const AttentionSeq& e = a.seqs[si];
+    return {e.win, e.comp, e.t_win, (e.comp && e.comp_sel) ? e.t_comp : 0};
+  }
+  return {a.win, a.comp, a.t_win, (a.comp && a.comp_sel) ? a.t_comp : 0};
+}
+
+// Block (chunk, sequence si): the sequence's first row e0 = the staged rows of the sequences
+// before it (written to seq_e0 by the chunk-0 block), then its rows rounded to bf16 at e0.
+__global__ void entries_bf16_k(AttentionArgs a, __nv_bfloat16* out, int64_t cap, int64_t* seq_e0) {
+  DI_PDL_ENTRY();
+  const int64_t si = blockIdx.y, D = a.head_dim, C8 = D / 8;
+  __shared__ long long s_part[kThreads / 32];
+  long long acc = 0;
+  for (int64_t i = threadIdx.x; i < si; i += blockDim.x) {
+    const StagedRows r = staged_rows(a, i);
+    acc += r.t_win + r.t_comp;
+  }
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(kFull, acc, off);
+  if ((threadIdx.x & 31) == 0) s_part[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  int64_t e0 = 0;
+  for (int ww = 0; ww < static_cast<int>(blockDim.x / 32); ++ww) e0 += s_part[ww];
+  const StagedRows r = staged_rows(a, si);
+  const int64_t n = r.t_win + r.t_comp;
+  if (e0 + n > cap) __trap();  // AttentionArgs.total_entries below the truth
+  if (blockIdx.x == 0 && threadIdx.x == 0 && seq_e0) seq_e0[si] = e0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * C8;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / C8, c8 = i - row * C8;
+    const float* src = (row < r.t_win ? r.win + row * D : r.comp + (row - r.t_win) * D) + c8 * 8;
+    const float4 x = *reinterpret_cast<const float4*>(src), y = *reinterpret_cast<const float4*>(src + 4);
+    *reinterpret_cast<uint4*>(out + (e0 + row) * D + c8 * 8) =
+        make_uint4(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w), pack_bf16(y.x, y.y), pack_bf16(y.z, y.w));
+  }
+}
 
 template <int D, int HC>
 __global__ void __launch_bounds__(kMmaT, 1)
-    attention_mma_k(AttentionArgs a, int nsplit, float* part_o, float* part_ml, int64_t t_base) {
+    attention_mma_k(AttentionArgs a, const __nv_bfloat16* entries, const int64_t* seq_e0, int nsplit, float* part_o,
+                    float* part_ml, int64_t t_base) {
+  DI_PDL_ENTRY();
   using C = MmaCfg<D, HC>;
-  constexpr int TN = kMmaTile, T = kMmaT, QS = C::QS, PS = C::PS, SS = C::SS;
-  constexpr int MT = HC / 16, SE = MT == 4 ? 16 : 8, SW = MT * (TN / SE);  // S: entries per warp, warps
-  constexpr int DG = kMmaWarps / MT, NT = D / (8 * DG);  // P·V: channel groups, n8 tiles of a warp's D/DG channels
-  static_assert(HC % 16 == 0 && MT <= 4 && SW <= kMmaWarps && NT % 2 == 0, "tiling");
-  constexpr int C4 = D / 4;   // float4 chunks per row
+  constexpr int TN = kMmaTile, T = kMmaT, QS = C::QS, SS = C::SS;
+  constexpr int MT = HC / 16, DG = kMmaWarps / MT, SE = TN / DG, NJ = SE / 8;  // S: a warp's n8 tiles
+  constexpr int DC = D / DG, NT = DC / 8, NS = TN / 8;  // P·V: a warp's channels and n8 tiles; a row's n8 tiles
+  static_assert(HC % 16 == 0 && MT <= 4 && NT % 2 == 0 && (NJ == 1 || NJ % 2 == 0), "tiling");
+  constexpr int C4 = D / 4, C8 = D / 8;
+  static_assert(T % C8 == 0, "a thread's chunks of the entry rows share one column");  // float4 chunks of a query row, 16-byte chunks of an entry row
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw + C::qOff);
   auto* s_k = reinterpret_cast<__nv_bfloat16*>(smem_raw + C::kOff);
-  auto* s_p = reinterpret_cast<__nv_bfloat16*>(smem_raw + C::pOff);
   auto* s_s = reinterpret_cast<float*>(smem_raw + C::sOff);
-  auto* s_m = reinterpret_cast<float*>(smem_raw + C::statOff);
-  float* s_l = s_m + HC;
-  float* s_alpha = s_l + HC;
   auto* s_list = reinterpret_cast<int*>(smem_raw + C::listOff);
   auto* s_scan = reinterpret_cast<int*>(smem_raw + C::scanOff);
-  auto* s_stage = reinterpret_cast<float*>(smem_raw + C::stageOff);
 
-  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, mt = w % MT, grp = w / MT;
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, mt = w % MT, grp = w / MT, quad = lane & 3;
   const int64_t tl = blockIdx.x, t = t_base + tl;
   const int64_t h0 = static_cast<int64_t>(blockIdx.y) * HC, heads = a.heads;
   const int split = static_cast<int>(blockIdx.z);
   const int64_t p = a.q_pos[t];
   const QueryEntries qe = entries_of(a, t);
   const int64_t c_win = qe.t_win, c_all = c_win + (qe.sel ? qe.t_comp : 0);
+  const __nv_bfloat16* rows = entries + (a.seqs ? seq_e0[a.q_seq[t]] : 0) * D;
   auto visible = [&](int64_t c) { return visible_entry(a, qe, p, c); };
-  VisibleList<T> vl;
-  start_split(vl, a, nsplit, split, c_all, h0, HC, s_m, s_l);
-  __syncthreads();
+  VisibleList<T, kMmaListCap> vl;
+  // The last split takes every ordinal left (the launch's bound sizes the splits, never drops).
+  vl.start(static_cast<int64_t>(split) * kAttnSeg, split + 1 < nsplit ? static_cast<int64_t>(split + 1) * kAttnSeg : INT64_MAX,
+           c_all);
   vl.fill(visible, s_list, s_scan);
   if (vl.n_list == 0 && split > 0) {  // an empty segment: m = -inf, skipped by the combine
     store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, nullptr, nullptr);
@@ -523,6 +578,16 @@ __global__ void __launch_bounds__(kMmaT, 1)
                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     st_bf16x4(s_q + h * QS + c4 * 4, v);
   }
+  // This lane's rows r0 and r0 + 8 of the CTA's heads: running max m and sum l (split 0 starts
+  // from the sink: its term is e^(sink - m) = 1 at m = sink), the same in the DG warps sharing them.
+  const int r0 = mt * 16 + (lane >> 2);
+  float m[2], l[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int64_t hh = h0 + r0 + 8 * hr;
+    m[hr] = split == 0 ? (hh < heads ? a.sink[hh] : 0.0f) : -INFINITY;
+    l[hr] = split == 0 ? 1.0f : 0.0f;
+  }
   float o[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -531,110 +596,156 @@ __global__ void __launch_bounds__(kMmaT, 1)
     const int n_list = vl.n_list;
     const bool last_batch = vl.exhausted();
     const int ntiles = vl.tiles(TN);
-    // The next tile's rows go to the float32 staging buffer by cp.async while this one computes.
-    auto stage = [&](int tile) {
+    // Tile `tile`'s rows into buffer tile & 1 by cp.async; rows past the list's end zero.
+    auto load = [&](int tile) {
       const int e0 = tile * TN, ne = min(TN, n_list - e0);
-      for (int idx = tid; idx < ne * C4; idx += T) {
-        const int e = idx / C4, c4 = idx - e * C4;
-        const int64_t c = s_list[e0 + e];
-        const float* src = c < c_win ? qe.win + c * D : qe.comp + (c - c_win) * D;
-        cp_async16(s_stage + e * D + c4 * 4, src + c4 * 4);
+      __nv_bfloat16* dst = s_k + (tile & 1) * TN * QS;
+      const int c8 = tid % C8;  // this thread's chunk of every (T / C8)-th row
+#pragma unroll 4
+      for (int e = tid / C8; e < TN; e += T / C8) {
+        if (e < ne)
+          cp_async16(dst + e * QS + c8 * 8, rows + static_cast<int64_t>(s_list[e0 + e]) * D + c8 * 8);
+        else
+          *reinterpret_cast<uint4*>(dst + e * QS + c8 * 8) = make_uint4(0u, 0u, 0u, 0u);
       }
       cp_async_commit();
     };
-    stage(0);
+    load(0);
     for (int tile = 0; tile < ntiles; ++tile) {
-      const int e0 = tile * TN, ne = min(TN, n_list - e0);
+      const int ne = min(TN, n_list - tile * TN);
       cp_async_wait<0>();
-      __syncthreads();  // staged rows landed; the previous tile's readers of s_k and s_p are done
-      for (int idx = tid; idx < TN * C4; idx += T) {
-        const int e = idx / C4, c4 = idx - e * C4;
-        // Rows past ne: zero (their P is 0 too).
-        const float4 v = e < ne ? *reinterpret_cast<const float4*>(s_stage + e * D + c4 * 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        st_bf16x4(s_k + e * QS + c4 * 4, v);
-      }
-      __syncthreads();  // s_k complete, the staging buffer free
-      if (tile + 1 < ntiles) stage(tile + 1);
+      __syncthreads();  // this tile landed; every warp is done with the other buffer and with s_s
+      if (tile + 1 < ntiles) load(tile + 1);
+      const __nv_bfloat16* kt = s_k + (tile & 1) * TN * QS;
 
-      // S = Q·Kᵀ for this warp's 16 heads x SE entries (SE = 8: lanes 16-31 repeat the rows).
-      if (w < SW) {
-        constexpr int NJ = SE / 8;
+      {  // S = Q·Kᵀ, this warp's 16 heads x SE entries, scaled, to shared memory.
         float sacc[NJ][4] = {};
 #pragma unroll 4
         for (int kk = 0; kk < D; kk += 16) {
           uint32_t af[4], r[4];
           ldmatrix_x4(af, s_q + (mt * 16 + (lane & 15)) * QS + kk + (lane >> 4) * 8);
-          ldmatrix_x4(r, s_k + (grp * SE + (NJ == 2 ? ((lane >> 4) << 3) : 0) + (lane & 7)) * QS + kk + ((lane >> 3) & 1) * 8);
-          mma_bf16(sacc[0], af, r[0], r[1]);
-          if constexpr (NJ == 2) mma_bf16(sacc[NJ - 1], af, r[2], r[3]);
+          if constexpr (NJ == 1) {  // lanes 16-31 repeat the rows
+            ldmatrix_x4(r, kt + (grp * SE + (lane & 7)) * QS + kk + ((lane >> 3) & 1) * 8);
+            mma_bf16(sacc[0], af, r[0], r[1]);
+          } else {
+#pragma unroll
+            for (int jj = 0; jj < NJ; jj += 2) {
+              ldmatrix_x4(r, kt + (grp * SE + jj * 8 + ((lane >> 4) << 3) + (lane & 7)) * QS + kk + ((lane >> 3) & 1) * 8);
+              mma_bf16(sacc[jj], af, r[0], r[1]);
+              mma_bf16(sacc[jj + 1], af, r[2], r[3]);
+            }
+          }
         }
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
-          const int col = grp * SE + j * 8 + (lane & 3) * 2, row = mt * 16 + (lane >> 2);
-          s_s[row * SS + col] = sacc[j][0] * a.scale;
-          s_s[row * SS + col + 1] = sacc[j][1] * a.scale;
-          s_s[(row + 8) * SS + col] = sacc[j][2] * a.scale;
-          s_s[(row + 8) * SS + col + 1] = sacc[j][3] * a.scale;
+          const int col = grp * SE + j * 8 + quad * 2;
+          *reinterpret_cast<float2*>(s_s + r0 * SS + col) = make_float2(sacc[j][0] * a.scale, sacc[j][1] * a.scale);
+          *reinterpret_cast<float2*>(s_s + (r0 + 8) * SS + col) = make_float2(sacc[j][2] * a.scale, sacc[j][3] * a.scale);
         }
       }
       __syncthreads();
 
-      // Online softmax: warp w owns heads w, w + 8, ...; lane = entry of the tile.
+      // Online softmax over the tile for rows r0, r0 + 8 (entries past ne: no weight).
+      // e^x as __expf (ex2.approx of x·log2 e: relative error ~1e-6 here, far below the bf16
+      // rounding of P; the same instructions whatever the batch).
+      float sv[NS][4];
 #pragma unroll
-      for (int k2 = 0; k2 < HC / kMmaWarps; ++k2) {
-        const int hh = w + k2 * kMmaWarps;
-        const float sv = lane < ne ? s_s[hh * SS + lane] : -INFINITY;
-        s_p[hh * PS + lane] = __float2bfloat16_rn(softmax_tile_step(sv, lane, ne, s_m + hh, s_l + hh, s_alpha + hh));
+      for (int j = 0; j < NS; ++j) {
+        const int col = j * 8 + quad * 2;
+        const float2 x = *reinterpret_cast<const float2*>(s_s + r0 * SS + col);
+        const float2 y = *reinterpret_cast<const float2*>(s_s + (r0 + 8) * SS + col);
+        sv[j][0] = x.x;
+        sv[j][1] = x.y;
+        sv[j][2] = y.x;
+        sv[j][3] = y.y;
       }
-      __syncthreads();
+      if (ne < TN)  // the last tile of the list: entries past its end get no weight
+#pragma unroll
+        for (int j = 0; j < NS; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            if (j * 8 + quad * 2 + (i & 1) >= ne) sv[j][i] = -INFINITY;
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < NS; ++j) {
+        mx[0] = fmaxf(mx[0], fmaxf(sv[j][0], sv[j][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(sv[j][2], sv[j][3]));
+      }
+      float mn[2], ls[2] = {0.0f, 0.0f}, al[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(kFull, mx[hr], 1));
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(kFull, mx[hr], 2));
+        mn[hr] = fmaxf(m[hr], mx[hr]);
+      }
+#pragma unroll
+      for (int j = 0; j < NS; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int hr = i >> 1;
+          const float pe = mn[hr] == -INFINITY ? 0.0f : __expf(sv[j][i] - mn[hr]);  // nothing finite yet: no weight
+          sv[j][i] = pe;
+          ls[hr] += pe;
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        ls[hr] += __shfl_xor_sync(kFull, ls[hr], 1);
+        ls[hr] += __shfl_xor_sync(kFull, ls[hr], 2);
+        al[hr] = m[hr] == mn[hr] ? 1.0f : __expf(m[hr] - mn[hr]);
+        l[hr] = l[hr] * al[hr] + ls[hr];
+        m[hr] = mn[hr];
+      }
 
-      // O = O·alpha + P·V for this warp's 16 heads x D/DG channels.
-      const int r0 = mt * 16 + (lane >> 2);
-      const float al0 = s_alpha[r0], al1 = s_alpha[r0 + 8];
+      // O = O·alpha + P·V for this warp's 16 heads x DC channels (alpha = 1 on every row of
+      // the warp, the common case once the maxima settle: the product by 1 skipped, same bits).
+      if (__any_sync(kFull, al[0] != 1.0f || al[1] != 1.0f))
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        o[j][0] *= al0;
-        o[j][1] *= al0;
-        o[j][2] *= al1;
-        o[j][3] *= al1;
-      }
+        for (int j = 0; j < NT; ++j) {
+          o[j][0] *= al[0];
+          o[j][1] *= al[0];
+          o[j][2] *= al[1];
+          o[j][3] *= al[1];
+        }
 #pragma unroll
-      for (int kk = 0; kk < TN; kk += 16) {
-        uint32_t af[4];
-        ldmatrix_x4(af, s_p + (mt * 16 + (lane & 15)) * PS + kk + (lane >> 4) * 8);
+      for (int k = 0; k < TN / 16; ++k) {
+        const uint32_t pa[4] = {pack_bf16(sv[2 * k][0], sv[2 * k][1]), pack_bf16(sv[2 * k][2], sv[2 * k][3]),
+                                pack_bf16(sv[2 * k + 1][0], sv[2 * k + 1][1]), pack_bf16(sv[2 * k + 1][2], sv[2 * k + 1][3])};
 #pragma unroll
         for (int j = 0; j < NT; j += 2) {
           uint32_t r[4];
-          ldmatrix_x4_trans(r, s_k + (kk + (lane & 15)) * QS + grp * (D / DG) + j * 8 + (lane >> 4) * 8);
-          mma_bf16(o[j], af, r[0], r[1]);
-          mma_bf16(o[j + 1], af, r[2], r[3]);
+          ldmatrix_x4_trans(r, kt + (k * 16 + (lane & 15)) * QS + grp * DC + j * 8 + (lane >> 4) * 8);
+          mma_bf16(o[j], pa, r[0], r[1]);
+          mma_bf16(o[j + 1], pa, r[2], r[3]);
         }
       }
     }
     vl.drop(min(n_list, ntiles * TN), s_list);
     if (last_batch) break;
   }
-  __syncthreads();
 
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int hl = mt * 16 + (lane >> 2) + hr * 8;
-      const int64_t hh = h0 + hl;
+      const int64_t hh = h0 + r0 + 8 * hr;
       if (hh >= heads) continue;
-      const int col = grp * (D / DG) + j * 8 + (lane & 3) * 2;
-      if (nsplit == 1) {
-        const float l = s_l[hl];
-        *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l, o[j][2 * hr + 1] / l);
-      } else {
+      const int col = grp * DC + j * 8 + quad * 2;
+      if (nsplit == 1)
+        *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
+      else
         *reinterpret_cast<float2*>(part_o + ((tl * nsplit + split) * heads + hh) * D + col) =
             make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
-      }
     }
-  if (nsplit > 1) store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, s_m, s_l);
+  if (nsplit > 1 && grp == 0 && quad == 0)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int64_t hh = h0 + r0 + 8 * hr;
+      if (hh >= heads) continue;
+      float* ml = part_ml + ((tl * nsplit + split) * heads + hh) * 2;
+      ml[0] = m[hr];
+      ml[1] = l[hr];
+    }
 }
-
 // Segments of a launch: enough for the most entries a query can see (its window plus every
 // compressed entry it may select, at most all candidates); with one segment the kernel
 // finishes the softmax itself.
@@ -647,25 +758,26 @@ int attention_splits(const AttentionArgs& a) {
   return static_cast<int>(std::max<int64_t>(1, ceil_div(bound, kAttnSeg)));
 }
 
-// Launches kern (heads_per_cta heads per CTA, `bytes` of dynamic shared memory) over the
-// queries, split into fixed segments of kAttnSeg visible entries when a query can see more,
-// the splits merged by attention_combine_k.
-using AttnKernel = void (*)(AttentionArgs, int, float*, float*, int64_t);
-void launch_attention(AttnKernel kern, size_t bytes, int heads_per_cta, int threads, const AttentionArgs& a,
-                      cudaStream_t s) {
-  // The shared-memory opt-in once per kernel and device (the backend runs on one thread).
-  static std::vector<std::pair<AttnKernel, int>> opted;
+// The shared-memory opt-in once per kernel and device (the backend runs on one thread).
+void opt_in_smem(const void* kern, size_t bytes) {
+  static std::vector<std::pair<const void*, int>> opted;
   int dev = 0;
   DI_CUDA_CHECK(cudaGetDevice(&dev));
   if (std::find(opted.begin(), opted.end(), std::make_pair(kern, dev)) == opted.end()) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     opted.emplace_back(kern, dev);
   }
+}
+
+// Runs launch(grid, nsplit, part_o, part_ml, first query) over the queries (heads_per_cta heads
+// per CTA), split into fixed segments of kAttnSeg visible entries when a query can see more,
+// the splits merged by attention_combine_k.
+template <class Launch>
+void launch_attention(int heads_per_cta, const AttentionArgs& a, cudaStream_t s, Launch launch) {
   const int64_t hb = ceil_div(a.heads, heads_per_cta);
   const int nsplit = attention_splits(a);
   if (nsplit == 1) {
-    const dim3 grid(static_cast<unsigned>(a.s), static_cast<unsigned>(hb), 1);
-    kern<<<grid, threads, bytes, s>>>(a, 1, nullptr, nullptr, 0);
+    launch(dim3(static_cast<unsigned>(a.s), static_cast<unsigned>(hb), 1), 1, nullptr, nullptr, 0);
     DI_CUDA_LAUNCHED();
     return;
   }
@@ -675,13 +787,12 @@ void launch_attention(AttnKernel kern, size_t bytes, int heads_per_cta, int thre
   DI_CUDA_CHECK(cudaMallocAsync(&part_ml, static_cast<size_t>(group * nsplit * a.heads * 2) * sizeof(float), s));
   for (int64_t q0 = 0; q0 < a.s; q0 += group) {
     const int64_t n = std::min(group, a.s - q0);  // queries [q0, q0 + n) as one launch
-    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(hb), static_cast<unsigned>(nsplit));
-    kern<<<grid, threads, bytes, s>>>(a, nsplit, part_o, part_ml, q0);
+    launch(dim3(static_cast<unsigned>(n), static_cast<unsigned>(hb), static_cast<unsigned>(nsplit)), nsplit, part_o, part_ml, q0);
     DI_CUDA_LAUNCHED();
     AttentionArgs g = a;
     g.s = n;
     const int64_t total = n * a.heads * a.head_dim;
-    attention_combine_k<<<static_cast<unsigned>(ceil_div(total, 256)), 256, 0, s>>>(g, nsplit, part_o, part_ml, q0);
+    launch_k(attention_combine_k, static_cast<unsigned>(ceil_div(total, 256)), 256, 0, s, g, nsplit, part_o, part_ml, q0);
     DI_CUDA_LAUNCHED();
   }
   DI_CUDA_CHECK(cudaFreeAsync(part_o, s));
@@ -691,7 +802,32 @@ void launch_attention(AttnKernel kern, size_t bytes, int heads_per_cta, int thre
 template <int DW, int NW>
 void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
   using C = AttnCfg<DW, NW>;
-  launch_attention(attention_tiled_k<DW, NW>, C::bytes, kAttnHeads, C::T, a, s);
+  opt_in_smem(reinterpret_cast<const void*>(attention_tiled_k<DW, NW>), C::bytes);
+  launch_attention(kAttnHeads, a, s, [&](dim3 g, int nsplit, float* po, float* pml, int64_t q0) {
+    launch_k(attention_tiled_k<DW, NW>, g, C::T, C::bytes, s, a, nsplit, po, pml, q0);
+  });
+}
+
+// The entries rounded to bf16 (entries_bf16_k), then the tensor-core kernel at HC heads per CTA.
+template <int D, int HC>
+void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s) {
+  using C = MmaCfg<D, HC>;
+  opt_in_smem(reinterpret_cast<const void*>(attention_mma_k<D, HC>), C::bytes);
+  const int64_t n_seqs = a.seqs ? a.n_seqs : 1;
+  const int64_t max_rows = a.seqs ? a.max_t_win + a.max_t_comp : a.t_win + ((a.comp && a.comp_sel) ? a.t_comp : 0);
+  const int64_t total = a.seqs ? (a.total_entries > 0 ? a.total_entries : n_seqs * max_rows) : max_rows;
+  __nv_bfloat16* staged = nullptr;
+  int64_t* seq_e0 = nullptr;
+  DI_CUDA_CHECK(cudaMallocAsync(&staged, static_cast<size_t>(std::max<int64_t>(total, 1) * D) * sizeof(__nv_bfloat16), s));
+  if (a.seqs) DI_CUDA_CHECK(cudaMallocAsync(&seq_e0, static_cast<size_t>(n_seqs) * sizeof(int64_t), s));
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(ceil_div(max_rows * (D / 8), kThreads), 4096));
+  launch_k(entries_bf16_k, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(n_seqs)), kThreads, 0, s, a, staged, total, seq_e0);
+  DI_CUDA_LAUNCHED();
+  launch_attention(HC, a, s, [&](dim3 g, int nsplit, float* po, float* pml, int64_t q0) {
+    launch_k(attention_mma_k<D, HC>, g, kMmaT, C::bytes, s, a, staged, seq_e0, nsplit, po, pml, q0);
+  });
+  DI_CUDA_CHECK(cudaFreeAsync(staged, s));
+  if (seq_e0) DI_CUDA_CHECK(cudaFreeAsync(seq_e0, s));
 }
 
 // Heads per CTA: 64 when the launch has CTAs enough for two per SM of an H200 (132 SMs),
@@ -700,11 +836,10 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
 template <int D>
 void launch_attention_mma(const AttentionArgs& a, cudaStream_t s) {
   const int64_t ctas64 = a.s * ceil_div(a.heads, 64) * attention_splits(a);
-  if (ctas64 >= 264) return launch_attention(attention_mma_k<D, 64>, MmaCfg<D, 64>::bytes, 64, kMmaT, a, s);
+  if (ctas64 >= 264) return launch_attention_mma_hc<D, 64>(a, s);
   if constexpr (D >= 128)
-    if (ctas64 * 2 < 264 && a.heads > 32)
-      return launch_attention(attention_mma_k<D, 16>, MmaCfg<D, 16>::bytes, 16, kMmaT, a, s);
-  launch_attention(attention_mma_k<D, 32>, MmaCfg<D, 32>::bytes, 32, kMmaT, a, s);
+    if (ctas64 * 2 < 264 && a.heads > 32) return launch_attention_mma_hc<D, 16>(a, s);
+  launch_attention_mma_hc<D, 32>(a, s);
 }
 
 }  // namespace
@@ -718,7 +853,7 @@ void attention(const AttentionArgs& a, bool bf16, cudaStream_t s) {
                                             a.t_win + (comp ? a.t_comp : 0) < (int64_t{1} << 30);
   const bool fast = !legacy_forced() && aligned16(a.q) && aligned16(a.out) && entries_aligned &&
                     ceil_div(a.heads, kAttnHeads) <= 65535;
-  if (fast && bf16 && ceil_div(a.heads, 16) <= 65535) {
+  if (fast && bf16 && ceil_div(a.heads, 16) <= 65535 && (a.seqs ? a.n_seqs : 1) <= 65535) {
     switch (a.head_dim) {
       case 64: return launch_attention_mma<64>(a, s);
       case 128: return launch_attention_mma<128>(a, s);
@@ -742,7 +877,7 @@ void attention(const AttentionArgs& a, bool bf16, cudaStream_t s) {
                  static_cast<long long>(a.head_dim));
     std::abort();
   }
-  attention_k<<<grid(a.s * a.heads * 32), kThreads, 0, s>>>(a);
+  launch_k(attention_k, grid(a.s * a.heads * 32), kThreads, 0, s, a);
   DI_CUDA_LAUNCHED();
 }
 }  // namespace deepinfer::kernels::cuda

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "kernels/backend.h"
 
@@ -25,6 +26,42 @@
 #define DI_CUDA_LAUNCHED() DI_CUDA_CHECK(cudaGetLastError())
 
 namespace deepinfer::kernels::cuda {
+
+// Programmatic dependent launch (sm_90). Every kernel of the backend starts with
+// DI_PDL_ENTRY(): griddepcontrol.wait, which returns once the kernels before it on the stream
+// have finished and their memory is visible (at once for a kernel launched without the
+// attribute), then launch_dependents, which lets the next kernel's blocks be scheduled while
+// this one runs (they wait in their own DI_PDL_ENTRY). No memory is touched before the wait,
+// so the order of every read and write is the plain stream order; what overlaps is a launch's
+// setup and block dispatch with its predecessor's last blocks. The one exception: the dense
+// bf16 products (gemm_bf16_k) start loading their weights, which no kernel writes, before
+// the wait. launch_k launches with the attribute unless DEEPINFER_CUDA_PDL=0.
+#define DI_PDL_WAIT() asm volatile("griddepcontrol.wait;\n" ::: "memory")
+#define DI_PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;\n" :::)
+#define DI_PDL_ENTRY() \
+  do {                 \
+    DI_PDL_WAIT();     \
+    DI_PDL_TRIGGER();  \
+  } while (0)
+
+bool pdl_enabled();
+
+// kern<<<grid, block, smem, s>>>(args...) as a programmatic dependent launch (kern must begin
+// with DI_PDL_ENTRY()); every launch of the backend goes through here.
+template <class... KArgs, class... Args>
+void launch_k(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...));
+}
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -8,6 +8,7 @@ namespace deepinfer::kernels::cuda {
 namespace {
 
 __global__ void rms_norm_k(const float* x, const float* w, float* y, int64_t dim, float eps) {
+  DI_PDL_ENTRY();
   const int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
   float ss = 0.0f;
@@ -24,6 +25,7 @@ __global__ void rms_norm_k(const float* x, const float* w, float* y, int64_t dim
 // multiples of dim), never on the number of rows.
 constexpr int kNormCache = 8, kNormThreads = 256;
 __global__ void __launch_bounds__(kNormThreads) rms_norm_v4_k(const float* x, const float* w, float* y, int64_t dim, float eps) {
+  DI_PDL_ENTRY();
   const int64_t r = blockIdx.x, n4 = dim / 4;
   const float4* xr = reinterpret_cast<const float4*>(x + r * dim);
   float4 v[kNormCache], g[kNormCache];  // the row and its weights, loaded together (one wait)
@@ -51,6 +53,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_v4_k(const float* x, co
 
 __global__ void rope_k(float* x, const float* cs, const float* sn, int64_t rows, int64_t heads, int64_t head_dim,
                        int64_t rope_dim, bool inverse) {
+  DI_PDL_ENTRY();
   const int64_t half = rope_dim / 2;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * heads * half) return;
@@ -63,6 +66,7 @@ __global__ void rope_k(float* x, const float* cs, const float* sn, int64_t rows,
 }
 
 __global__ void swiglu_k(const float* g, const float* u, const float* w, float* out, int64_t rows, int64_t inter, float lim) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * inter) return;
   float gv = g[i], uv = u[i];
@@ -75,6 +79,7 @@ __global__ void swiglu_k(const float* g, const float* u, const float* w, float* 
 }
 
 __global__ void compress_pool_k(const float* kv, const float* gate, float* out, int64_t groups, int64_t ratio, int64_t dim) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= groups * dim) return;
   const int64_t g = i / dim, c = i % dim;
@@ -91,6 +96,7 @@ __global__ void compress_pool_k(const float* kv, const float* gate, float* out, 
 
 // One thread per block of `block` values (<= 32).
 __global__ void fake_quant_k(float* x, int64_t blocks, int64_t block, int kind, uint8_t* codes, uint8_t* scales) {
+  DI_PDL_ENTRY();
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (b >= blocks) return;
   float* v = x + b * block;
@@ -130,6 +136,7 @@ __global__ void fake_quant_k(float* x, int64_t blocks, int64_t block, int kind, 
 // is exact in any order; NaN ignored as the serial loop from 0 does), so the values, codes
 // and scales are fake_quant_k's bit for bit.
 __global__ void fake_quant_lanes_k(float* x, int64_t n, int block, int kind, uint8_t* codes, uint8_t* scales) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const bool in = i < n;
   const float v = in ? x[i] : 0.0f;
@@ -164,6 +171,7 @@ __global__ void fake_quant_lanes_k(float* x, int64_t n, int block, int kind, uin
 }
 
 __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * w.cols) return;
   out[i] = d_weight_at(w, row0 + i / w.cols, i % w.cols);
@@ -236,6 +244,7 @@ __device__ void hc_mixes_row(const HcMixesArgs& a, const float* part, int64_t r,
 // The finish as its own launch (a warp per row), when there are no counters for the one above.
 template <int HC>
 __global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
+  DI_PDL_ENTRY();
   __shared__ float sum[kMaxMix + 1], m[kMaxMix];
   hc_mixes_row<HC>(a, part, blockIdx.x, sum, m);
 }
@@ -246,6 +255,7 @@ __global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
 // (one launch for the whole op).
 template <int NMIX, int HC>
 __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float* part, int* counters) {
+  DI_PDL_ENTRY();
   const int64_t width = a.hc * a.dim, nmix = (2 + a.hc) * a.hc, r0 = static_cast<int64_t>(blockIdx.x) * kMixRows;
   const int mix0 = static_cast<int>(blockIdx.z) * NMIX;
   const int slice = static_cast<int>(blockIdx.y);
@@ -302,6 +312,7 @@ __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float
 }
 
 __global__ void hc_collapse_k(HcCollapseArgs a) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= a.rows * a.dim) return;
   const int64_t r = i / a.dim, d = i % a.dim;
@@ -311,6 +322,7 @@ __global__ void hc_collapse_k(HcCollapseArgs a) {
 }
 
 __global__ void hc_expand_k(HcExpandArgs a) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= a.rows * a.dim) return;
   const int64_t r = i / a.dim, d = i % a.dim, hc = a.hc;
@@ -325,6 +337,7 @@ __global__ void hc_expand_k(HcExpandArgs a) {
 
 // One block per (row, stream).
 __global__ void engram_gate_k(EngramGateArgs a) {
+  DI_PDL_ENTRY();
   const int64_t r = blockIdx.x / a.hc, k = blockIdx.x % a.hc, D = a.dim;
   float* x = a.x + (r * a.hc + k) * D;
   const float* kv = a.kv + r * (a.hc + 1) * D;
@@ -354,40 +367,40 @@ void rms_norm(const RmsNormArgs& a, cudaStream_t s) {
   if (a.rows == 0) return;
   const auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (a.dim % 4 == 0 && a.dim <= 4 * kNormCache * kNormThreads && al16(a.x) && al16(a.y) && (!a.w || al16(a.w)))
-    rms_norm_v4_k<<<static_cast<unsigned>(a.rows), kNormThreads, 0, s>>>(a.x, a.w, a.y, a.dim, a.eps);
+    launch_k(rms_norm_v4_k, static_cast<unsigned>(a.rows), kNormThreads, 0, s, a.x, a.w, a.y, a.dim, a.eps);
   else
-    rms_norm_k<<<static_cast<unsigned>(a.rows), kThreads, 0, s>>>(a.x, a.w, a.y, a.dim, a.eps);
+    launch_k(rms_norm_k, static_cast<unsigned>(a.rows), kThreads, 0, s, a.x, a.w, a.y, a.dim, a.eps);
   DI_CUDA_LAUNCHED();
 }
 void rope(const RopeArgs& a, cudaStream_t s) {
   const int64_t n = a.rows * a.heads * (a.rope_dim / 2);
   if (n == 0) return;
-  rope_k<<<grid(n), kThreads, 0, s>>>(a.x, a.cos, a.sin, a.rows, a.heads, a.head_dim, a.rope_dim, a.inverse);
+  launch_k(rope_k, grid(n), kThreads, 0, s, a.x, a.cos, a.sin, a.rows, a.heads, a.head_dim, a.rope_dim, a.inverse);
   DI_CUDA_LAUNCHED();
 }
 void swiglu(const SwigluArgs& a, cudaStream_t s) {
   if (a.rows * a.inter == 0) return;
-  swiglu_k<<<grid(a.rows * a.inter), kThreads, 0, s>>>(a.gate, a.up, a.weight, a.out, a.rows, a.inter, a.limit);
+  launch_k(swiglu_k, grid(a.rows * a.inter), kThreads, 0, s, a.gate, a.up, a.weight, a.out, a.rows, a.inter, a.limit);
   DI_CUDA_LAUNCHED();
 }
 void compress_pool(const CompressPoolArgs& a, cudaStream_t s) {
   if (a.groups * a.dim == 0) return;
-  compress_pool_k<<<grid(a.groups * a.dim), kThreads, 0, s>>>(a.kv, a.gate, a.out, a.groups, a.ratio, a.dim);
+  launch_k(compress_pool_k, grid(a.groups * a.dim), kThreads, 0, s, a.kv, a.gate, a.out, a.groups, a.ratio, a.dim);
   DI_CUDA_LAUNCHED();
 }
 void fake_quant(const FakeQuantArgs& a, cudaStream_t s) {
   if (a.block <= 0 || a.dim % a.block != 0 || a.rows == 0) return;
   const int64_t blocks = a.rows * (a.dim / a.block);
   if (a.block == 16 || a.block == 32)
-    fake_quant_lanes_k<<<grid(blocks * a.block), kThreads, 0, s>>>(a.x, blocks * a.block, static_cast<int>(a.block),
+    launch_k(fake_quant_lanes_k, grid(blocks * a.block), kThreads, 0, s, a.x, blocks * a.block, static_cast<int>(a.block),
                                                                    static_cast<int>(a.kind), a.codes, a.scales);
   else
-    fake_quant_k<<<grid(blocks), kThreads, 0, s>>>(a.x, blocks, a.block, static_cast<int>(a.kind), a.codes, a.scales);
+    launch_k(fake_quant_k, grid(blocks), kThreads, 0, s, a.x, blocks, a.block, static_cast<int>(a.kind), a.codes, a.scales);
   DI_CUDA_LAUNCHED();
 }
 void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStream_t s) {
   if (n * w.cols == 0) return;
-  dequant_k<<<grid(n * w.cols), kThreads, 0, s>>>(w, row0, n, out);
+  launch_k(dequant_k, grid(n * w.cols), kThreads, 0, s, w, row0, n, out);
   DI_CUDA_LAUNCHED();
 }
 int64_t hc_mixes_scratch(int64_t rows) { return rows * kMixSlices * (kMaxMix + 1); }
@@ -399,12 +412,12 @@ void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStrea
   const int nmix = static_cast<int>((2 + a.hc) * a.hc);
   if (row_groups > kMixCounters) counters = nullptr;
   if (a.rows <= 4 * kMixRows)  // few rows: the mixes 6 per block, for 4x the blocks
-    hc_project_k<6, HC><<<dim3(row_groups, kMixSlices, static_cast<unsigned>(ceil_div(nmix, 6))), kMixThreads, 0, s>>>(a, part, counters);
-  else if (nmix == 24) hc_project_k<24, HC><<<dim3(row_groups, kMixSlices), kMixThreads, 0, s>>>(a, part, counters);  // hc = 4
-  else hc_project_k<kMaxMix, HC><<<dim3(row_groups, kMixSlices), kMixThreads, 0, s>>>(a, part, counters);
+    launch_k(hc_project_k<6, HC>, dim3(row_groups, kMixSlices, static_cast<unsigned>(ceil_div(nmix, 6))), kMixThreads, 0, s, a, part, counters);
+  else if (nmix == 24) launch_k(hc_project_k<24, HC>, dim3(row_groups, kMixSlices), kMixThreads, 0, s, a, part, counters);  // hc = 4
+  else launch_k(hc_project_k<kMaxMix, HC>, dim3(row_groups, kMixSlices), kMixThreads, 0, s, a, part, counters);
   DI_CUDA_LAUNCHED();
   if (counters) return;  // finished by each row group's last block
-  hc_mixes_k<HC><<<static_cast<unsigned>(a.rows), 32, 0, s>>>(a, part);
+  launch_k(hc_mixes_k<HC>, static_cast<unsigned>(a.rows), 32, 0, s, a, part);
   DI_CUDA_LAUNCHED();
 }
 }  // namespace
@@ -420,17 +433,17 @@ void hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) 
 }
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s) {
   if (a.rows * a.dim == 0) return;
-  hc_collapse_k<<<grid(a.rows * a.dim), kThreads, 0, s>>>(a);
+  launch_k(hc_collapse_k, grid(a.rows * a.dim), kThreads, 0, s, a);
   DI_CUDA_LAUNCHED();
 }
 void hc_expand(const HcExpandArgs& a, cudaStream_t s) {
   if (a.rows * a.dim == 0) return;
-  hc_expand_k<<<grid(a.rows * a.dim), kThreads, 0, s>>>(a);
+  launch_k(hc_expand_k, grid(a.rows * a.dim), kThreads, 0, s, a);
   DI_CUDA_LAUNCHED();
 }
 void engram_gate(const EngramGateArgs& a, cudaStream_t s) {
   if (a.rows == 0) return;
-  engram_gate_k<<<static_cast<unsigned>(a.rows * a.hc), kThreads, 0, s>>>(a);
+  launch_k(engram_gate_k, static_cast<unsigned>(a.rows * a.hc), kThreads, 0, s, a);
   DI_CUDA_LAUNCHED();
 }
 

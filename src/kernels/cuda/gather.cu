@@ -68,6 +68,7 @@ __device__ inline float weight_at(const WeightView& w, int64_t r, int64_t j) {
 
 // One thread per (row, column); the value is written into each of the `copies` slots.
 __global__ void gather_weight_rows_k(WeightView w, const int64_t* ids, float* out, int64_t rows, int64_t copies, int64_t ldo) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t k = w.cols;
   if (i >= rows * k) return;
@@ -78,12 +79,14 @@ __global__ void gather_weight_rows_k(WeightView w, const int64_t* ids, float* ou
 }
 
 __global__ void scale_k(float* x, int64_t n, float s) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) x[i] = x86_mul(x[i], s);
 }
 
 // Bit copies (float loads/stores keep every bit, but say so).
 __global__ void gather_rows_k(const uint32_t* src, const int32_t* idx, uint32_t* dst, int64_t rows, int64_t width) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * width) return;
   const int64_t r = i / width, c = i % width;
@@ -95,6 +98,7 @@ __global__ void gather_rows_k(const uint32_t* src, const int32_t* idx, uint32_t*
 // channels in that order from 0.0f, then + shared.
 constexpr int kCombineChunk = 256;
 __global__ void moe_combine_k(MoeCombineArgs a) {
+  DI_PDL_ENTRY();
   extern __shared__ int sm[];
   const int64_t t = blockIdx.x, K = a.k, D = a.dim;
   int *ids = sm, *order = sm + K, *row = sm + 2 * K;
@@ -140,12 +144,14 @@ __device__ inline void dequant_packed_at(int kind, const uint8_t* codes, const u
 
 // One thread per value.
 __global__ void dequant_packed_k(int kind, const uint8_t* codes, const uint8_t* scales, float* out, int64_t n, int64_t block) {
+  DI_PDL_ENTRY();
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e < n) dequant_packed_at(kind, codes, scales, out, e, block);
 }
 
 // blockIdx.y: the range; x: its values.
 __global__ void dequant_packed_batch_k(DequantPackedBatchArgs a, int64_t first) {
+  DI_PDL_ENTRY();
   const PackedDesc d = a.descs[first + blockIdx.y];
   const int64_t n = d.rows * (a.dim / a.block) * a.block;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
@@ -155,6 +161,7 @@ __global__ void dequant_packed_batch_k(DequantPackedBatchArgs a, int64_t first) 
 
 // blockIdx.y: the copy; 16-byte words when every address and the size allow, else bytes.
 __global__ void copy_batch_k(CopyBatchArgs a, int64_t first) {
+  DI_PDL_ENTRY();
   const CopyDesc d = a.descs[first + blockIdx.y];
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x, i0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (((reinterpret_cast<uintptr_t>(d.dst) | reinterpret_cast<uintptr_t>(d.src) | static_cast<uintptr_t>(d.bytes)) & 15u) == 0) {
@@ -174,20 +181,20 @@ void gather_weight_rows(const GatherWeightRowsArgs& a, cudaStream_t s) {
   const int64_t n = a.rows * a.w.cols;
   if (n == 0 || a.copies <= 0) return;
   const int64_t ldo = a.ldo ? a.ldo : a.copies * a.w.cols;
-  gather_weight_rows_k<<<grid(n), kThreads, 0, s>>>(a.w, a.ids, a.out, a.rows, a.copies, ldo);
+  launch_k(gather_weight_rows_k, grid(n), kThreads, 0, s, a.w, a.ids, a.out, a.rows, a.copies, ldo);
   DI_CUDA_LAUNCHED();
 }
 
 void scale(const ScaleArgs& a, cudaStream_t s) {
   if (a.n <= 0) return;
-  scale_k<<<grid(a.n), kThreads, 0, s>>>(a.x, a.n, a.s);
+  launch_k(scale_k, grid(a.n), kThreads, 0, s, a.x, a.n, a.s);
   DI_CUDA_LAUNCHED();
 }
 
 void gather_rows(const GatherRowsArgs& a, cudaStream_t s) {
   const int64_t n = a.rows * a.width;
   if (n <= 0) return;
-  gather_rows_k<<<grid(n), kThreads, 0, s>>>(reinterpret_cast<const uint32_t*>(a.src), a.idx, reinterpret_cast<uint32_t*>(a.dst),
+  launch_k(gather_rows_k, grid(n), kThreads, 0, s, reinterpret_cast<const uint32_t*>(a.src), a.idx, reinterpret_cast<uint32_t*>(a.dst),
                                              a.rows, a.width);
   DI_CUDA_LAUNCHED();
 }
@@ -195,7 +202,7 @@ void gather_rows(const GatherRowsArgs& a, cudaStream_t s) {
 void moe_combine(const MoeCombineArgs& a, cudaStream_t s) {
   if (a.n <= 0 || a.dim <= 0) return;
   const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(a.dim, kCombineChunk)));
-  moe_combine_k<<<grid, kThreads, static_cast<size_t>(3 * std::max<int64_t>(a.k, 1)) * sizeof(int), s>>>(a);
+  launch_k(moe_combine_k, grid, kThreads, static_cast<size_t>(3 * std::max<int64_t>(a.k, 1)) * sizeof(int), s, a);
   DI_CUDA_LAUNCHED();
 }
 
@@ -205,7 +212,7 @@ void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s) {
   const unsigned bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(per, kThreads), 1024));
   for (int64_t first = 0; first < a.n; first += 65535) {
     const unsigned by = static_cast<unsigned>(std::min<int64_t>(a.n - first, 65535));
-    dequant_packed_batch_k<<<dim3(bx, by), kThreads, 0, s>>>(a, first);
+    launch_k(dequant_packed_batch_k, dim3(bx, by), kThreads, 0, s, a, first);
     DI_CUDA_LAUNCHED();
   }
 }
@@ -215,7 +222,7 @@ void copy_batch(const CopyBatchArgs& a, cudaStream_t s) {
   const unsigned bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(a.max_bytes, kThreads * 16), 1024));
   for (int64_t first = 0; first < a.n; first += 65535) {
     const unsigned by = static_cast<unsigned>(std::min<int64_t>(a.n - first, 65535));
-    copy_batch_k<<<dim3(bx, by), kThreads, 0, s>>>(a, first);
+    launch_k(copy_batch_k, dim3(bx, by), kThreads, 0, s, a, first);
     DI_CUDA_LAUNCHED();
   }
 }
@@ -224,7 +231,7 @@ void dequant_packed(const DequantPackedArgs& a, cudaStream_t s) {
   if (a.block <= 0) return;
   const int64_t n = a.rows * (a.dim / a.block) * a.block;
   if (n <= 0) return;
-  dequant_packed_k<<<grid(n), kThreads, 0, s>>>(static_cast<int>(a.kind), a.codes, a.scales, a.out, n, a.block);
+  launch_k(dequant_packed_k, grid(n), kThreads, 0, s, static_cast<int>(a.kind), a.codes, a.scales, a.out, n, a.block);
   DI_CUDA_LAUNCHED();
 }
 

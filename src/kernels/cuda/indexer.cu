@@ -15,6 +15,7 @@ namespace {
 using namespace detail;
 
 __global__ void indexer_scores_k(IndexerScoreArgs a) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= a.s * a.t) return;
   const int64_t s = i / a.t, j = i % a.t;
@@ -42,6 +43,7 @@ constexpr size_t kIxSmem = static_cast<size_t>(2 * (kIxBM + kIxBN) * kIxLD) * 4;
 static_assert(static_cast<size_t>(kIxBM * kIxCLD + kIxBM) * 4 <= kIxSmem, "epilogue fits the operand buffers");
 
 __global__ void __launch_bounds__(kIxThreads, 2) indexer_tiled_k(IndexerScoreArgs a, int bq) {
+  DI_PDL_ENTRY();
   extern __shared__ __align__(16) float sm[];
   __shared__ int64_t s_vmax;
   float* As = sm;                       // [2][BM][LD]
@@ -156,11 +158,11 @@ void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s) {
       if (dev >= 0 && dev < 64) attr_done[dev] = true;
     }
     const dim3 g(static_cast<unsigned>(ceil_div(a.t, kIxBN)), static_cast<unsigned>(ceil_div(a.s, bq)));
-    indexer_tiled_k<<<g, kIxThreads, kIxSmem, s>>>(a, static_cast<int>(bq));
+    launch_k(indexer_tiled_k, g, kIxThreads, kIxSmem, s, a, static_cast<int>(bq));
     DI_CUDA_LAUNCHED();
     return;
   }
-  indexer_scores_k<<<grid(a.s * a.t), kThreads, 0, s>>>(a);
+  launch_k(indexer_scores_k, grid(a.s * a.t), kThreads, 0, s, a);
   DI_CUDA_LAUNCHED();
 }
 }  // namespace deepinfer::kernels::cuda

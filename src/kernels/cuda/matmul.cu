@@ -2,9 +2,19 @@
 // dequantised into bf16, float32 accumulation through cuBLAS), and seeded random fills.
 #include <cuda_bf16.h>
 
+#include <cstdlib>
+
 #include "kernels/cuda/cuda_ops.h"
 
 namespace deepinfer::kernels::cuda {
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("DEEPINFER_CUDA_PDL");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
 
 namespace {
 
@@ -12,6 +22,7 @@ constexpr int kThreads = 256;
 unsigned grid(int64_t n) { return static_cast<unsigned>(ceil_div(n, kThreads)); }
 
 __global__ void to_bf16_k(const float* x, int64_t m, int64_t mp, int64_t k, int64_t ldx, __nv_bfloat16* out) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= mp * k) return;
   const int64_t r = i / k;
@@ -19,6 +30,7 @@ __global__ void to_bf16_k(const float* x, int64_t m, int64_t mp, int64_t k, int6
 }
 
 __global__ void dequant_bf16_k(WeightView w, int64_t row0, int64_t n, __nv_bfloat16* out) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * w.cols) return;
   out[i] = __float2bfloat16_rn(d_weight_at(w, row0 + i / w.cols, i % w.cols));
@@ -33,6 +45,7 @@ __device__ uint64_t d_splitmix64(uint64_t x) {
 
 // core::normal01 on the device: the same uniforms, Box-Muller in double.
 __global__ void fill_random_k(RandomFillArgs a) {
+  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= a.n) return;
   const uint64_t s = d_splitmix64(a.seed), c = static_cast<uint64_t>(i);
@@ -49,13 +62,13 @@ __global__ void fill_random_k(RandomFillArgs a) {
 
 void to_bf16(const float* x, int64_t m, int64_t mp, int64_t k, int64_t ldx, void* out, cudaStream_t s) {
   if (mp * k == 0) return;
-  to_bf16_k<<<grid(mp * k), kThreads, 0, s>>>(x, m, mp, k, ldx, static_cast<__nv_bfloat16*>(out));
+  launch_k(to_bf16_k, grid(mp * k), kThreads, 0, s, x, m, mp, k, ldx, static_cast<__nv_bfloat16*>(out));
   DI_CUDA_LAUNCHED();
 }
 
 void dequant_bf16(const WeightView& w, int64_t row0, int64_t n, void* out, cudaStream_t s) {
   if (n * w.cols == 0) return;
-  dequant_bf16_k<<<grid(n * w.cols), kThreads, 0, s>>>(w, row0, n, static_cast<__nv_bfloat16*>(out));
+  launch_k(dequant_bf16_k, grid(n * w.cols), kThreads, 0, s, w, row0, n, static_cast<__nv_bfloat16*>(out));
   DI_CUDA_LAUNCHED();
 }
 
@@ -65,7 +78,7 @@ void fill_random(const RandomFillArgs& a, cudaStream_t s) {
     std::fprintf(stderr, "deepinfer: fill_random stores float32 or bf16\n");
     std::abort();
   }
-  fill_random_k<<<grid(a.n), kThreads, 0, s>>>(a);
+  launch_k(fill_random_k, grid(a.n), kThreads, 0, s, a);
   DI_CUDA_LAUNCHED();
 }
 

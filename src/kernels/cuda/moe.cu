@@ -27,6 +27,7 @@ constexpr int kPermThreads = 1024;
 // ids, no separate count launch), then its pairs in ascending pair index, compacted chunk by
 // chunk with warp ballots.
 __global__ void moe_permute_k(MoePermuteArgs a) {
+  DI_PDL_ENTRY();
   __shared__ int part[32];
   __shared__ int warp_n[kPermThreads / 32];
   const int e = static_cast<int>(blockIdx.x);
@@ -124,6 +125,8 @@ __device__ bool find_tile(const int32_t* off, int E, int t, int* s_e, int* s_row
 // loaded before a slice's products and stored after them), as to_bf16 would.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool FOLD, bool XF>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p, int ks) {
+  // Dense: the weights' first slices are requested before the programmatic wait (nothing
+  // writes them); every other access, and the grouped tile search, after it.
   constexpr int kThreads = WARPS_M * WARPS_N * 32, TM = BM / WARPS_M, TN = BN / WARPS_N, MI = TM / 16, NI = TN / 8;
   constexpr int LDS = BK + 8, CH = BK / 8;  // smem row stride (ldmatrix rows on distinct banks); 16-byte chunks per row
   static_assert(TM % 16 == 0 && TN % 16 == 0, "warp tile of whole 16 x 16 pieces");
@@ -134,6 +137,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   const int K = p.k, N = p.n;
   const __nv_bfloat16* Wb = p.w_dense;
   if (p.offsets) {
+    DI_PDL_WAIT();
     if (!find_tile<BM>(p.offsets, p.experts, static_cast<int>(blockIdx.y), &s_e, &s_row0, &s_rows)) return;
     Wb = static_cast<const __nv_bfloat16*>(p.w_table[s_e].data);
   } else {
@@ -190,7 +194,15 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       }
     }
   };
-  auto load = [&](int stage, int kt) {  // kt counts from kt0
+  auto load_b = [&](int stage, int kt) {  // kt counts from kt0
+    const int k0 = (kt0 + kt) * BK;
+    for (int c = threadIdx.x; c < BN * CH; c += kThreads) {
+      const int r = c / CH, ch = c % CH;
+      const bool ok = r < ncols;
+      cp_async16(sB + (stage * BN + r) * LDS + ch * 8, B + static_cast<int64_t>(ok ? r : 0) * K + k0 + ch * 8, ok);
+    }
+  };
+  auto load = [&](int stage, int kt, bool with_b) {
     const int k0 = (kt0 + kt) * BK;
     if constexpr (!XF) {
       for (int c = threadIdx.x; c < BM * CH; c += kThreads) {
@@ -199,11 +211,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
         cp_async16(sA + (stage * BM + r) * LDS + ch * 8, A + static_cast<int64_t>(ok ? r : 0) * p.ldx + k0 + ch * 8, ok);
       }
     }
-    for (int c = threadIdx.x; c < BN * CH; c += kThreads) {
-      const int r = c / CH, ch = c % CH;
-      const bool ok = r < ncols;
-      cp_async16(sB + (stage * BN + r) * LDS + ch * 8, B + static_cast<int64_t>(ok ? r : 0) * K + k0 + ch * 8, ok);
-    }
+    if (with_b) load_b(stage, kt);
   };
   // acc: the current segment's sums; tot (FOLD only; otherwise unused and dropped by the
   // compiler): the sum of the finished segments.
@@ -221,10 +229,20 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
           }
     }
   };
+  // Dense: the first STAGES - 1 weight slices before the wait, uncommitted, so they join the
+  // first group with slice 0 of x (group s then holds what stage s needs, as below).
+  const bool early_b = p.offsets == nullptr;
+  if (early_b) {
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st)
+      if (st < KT) load_b(st, st);
+    DI_PDL_WAIT();
+  }
+  DI_PDL_TRIGGER();
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
     if (st < KT) {
-      load(st, st);
+      load(st, st, !early_b);
       load_a(st);
       store_a(st);
     }
@@ -237,7 +255,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
     __syncthreads();  // stage kt landed for every thread; stage kt-1 is free to refill
     const bool refill = kt + STAGES - 1 < KT;
     if (refill) {
-      load((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+      load((kt + STAGES - 1) % STAGES, kt + STAGES - 1, true);
       load_a(kt + STAGES - 1);
     }
     cp_async_commit();
@@ -331,7 +349,7 @@ void launch_gemm(Bf16Gemm p, cudaStream_t s) {
   // The opt-in above 48 KiB (per device, so set at every launch: one cheap driver call).
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(cols), static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups * (p.part ? S : 1)));
-  kernel<<<grid, WARPS_M * WARPS_N * 32, smem, s>>>(p, ks);
+  launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, ks);
   DI_CUDA_LAUNCHED();
 }
 
@@ -344,6 +362,7 @@ template <bool kBf16>
 __global__ void __launch_bounds__(kAnyThreads)
     grouped_gemm_any_k(const float* __restrict__ x, const WeightView* __restrict__ w, const int32_t* __restrict__ off,
                        float* __restrict__ y, int N, int K, int E) {
+  DI_PDL_ENTRY();
   __shared__ float xs[kAnyRows][kAnyK];
   __shared__ float ws[kAnyCols][kAnyK + 1];
   __shared__ int s_e, s_row0, s_rows;
@@ -384,14 +403,14 @@ void grouped_gemm_any(const float* x, const WeightView* w, const int32_t* offset
   const dim3 grid(static_cast<unsigned>(ceil_div(n, kAnyCols)),
                   static_cast<unsigned>(ceil_div(rows, kAnyRows) + std::min<int64_t>(experts, rows)));
   const int N = static_cast<int>(n), K = static_cast<int>(k), E = static_cast<int>(experts);
-  if (bf16) grouped_gemm_any_k<true><<<grid, kAnyThreads, 0, s>>>(x, w, offsets, y, N, K, E);
-  else grouped_gemm_any_k<false><<<grid, kAnyThreads, 0, s>>>(x, w, offsets, y, N, K, E);
+  if (bf16) launch_k(grouped_gemm_any_k<true>, grid, kAnyThreads, 0, s, x, w, offsets, y, N, K, E);
+  else launch_k(grouped_gemm_any_k<false>, grid, kAnyThreads, 0, s, x, w, offsets, y, N, K, E);
   DI_CUDA_LAUNCHED();
 }
 
 void moe_permute(const MoePermuteArgs& a, cudaStream_t s) {
   if (a.experts == 0) return;
-  moe_permute_k<<<static_cast<unsigned>(a.experts), kPermThreads, 0, s>>>(a);
+  launch_k(moe_permute_k, static_cast<unsigned>(a.experts), kPermThreads, 0, s, a);
   DI_CUDA_LAUNCHED();
 }
 

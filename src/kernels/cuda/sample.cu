@@ -479,6 +479,7 @@ __device__ void row_logprobs(const float* l, int64_t n, float lmax, int64_t imax
 }
 
 __global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* scratch) {
+  DI_PDL_ENTRY();
   __shared__ Shared sh;
   const int64_t row = blockIdx.x;
   const DrawParams p = a.params ? a.params[row] : DrawParams{};
@@ -534,7 +535,7 @@ void sample_rows(const SampleRowsArgs& a, void* scratch, cudaStream_t s) {
       part.top_logprobs += r0 * a.max_logprobs;
     }
     part.rows = std::min<int64_t>(kRowsPerLaunch, a.rows - r0);
-    sample_rows_k<<<static_cast<unsigned>(part.rows), kT, 0, s>>>(part, static_cast<double*>(scratch));
+    launch_k(sample_rows_k, static_cast<unsigned>(part.rows), kT, 0, s, part, static_cast<double*>(scratch));
     DI_CUDA_LAUNCHED();
   }
 }

@@ -34,12 +34,14 @@ __device__ void select_topk(const float* v, int64_t n, int64_t k, uint8_t* sel, 
 }
 
 __global__ void topk_mask_k(TopkMaskArgs a) {
+  DI_PDL_ENTRY();
   const int64_t s = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (s >= a.s) return;
   select_topk(a.scores + s * a.t, a.t, a.k, a.selected + s * a.t, a.restrict_to ? a.restrict_to + s * a.t : nullptr);
 }
 
 __global__ void candidate_blocks_k(CandidateBlocksArgs a, float* block_scores, uint8_t* block_sel) {
+  DI_PDL_ENTRY();
   const int64_t s = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (s >= a.s) return;
   const int64_t nb = (a.t + a.block_size - 1) / a.block_size;
@@ -64,6 +66,7 @@ __global__ void candidate_blocks_k(CandidateBlocksArgs a, float* block_scores, u
 constexpr int kSelThreads = 256;
 
 __global__ void __launch_bounds__(kSelThreads) topk_mask_block_k(TopkMaskArgs a) {
+  DI_PDL_ENTRY();
   __shared__ SelShared sh;
   const int64_t s = blockIdx.x;
   const float* sc = a.scores + s * a.t;
@@ -75,6 +78,7 @@ __global__ void __launch_bounds__(kSelThreads) topk_mask_block_k(TopkMaskArgs a)
 }
 
 __global__ void __launch_bounds__(kSelThreads) candidate_blocks_block_k(CandidateBlocksArgs a) {
+  DI_PDL_ENTRY();
   __shared__ SelShared sh;
   const int64_t s = blockIdx.x, bs = a.block_size, nb = (a.t + bs - 1) / bs;
   const float* sc = a.scores + s * a.t;
@@ -100,6 +104,7 @@ __global__ void __launch_bounds__(kSelThreads) candidate_blocks_block_k(Candidat
 // softmax denominator and the weight sum stay serial, in the CPU's order.
 constexpr int kRouterWarps = 4;
 __global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
+  DI_PDL_ENTRY();
   extern __shared__ float router_smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
@@ -164,16 +169,16 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
 void topk_mask(const TopkMaskArgs& a, cudaStream_t s) {
   if (a.s == 0) return;
   if (!legacy_forced()) {
-    topk_mask_block_k<<<static_cast<unsigned>(a.s), kSelThreads, 0, s>>>(a);
+    launch_k(topk_mask_block_k, static_cast<unsigned>(a.s), kSelThreads, 0, s, a);
   } else {
-    topk_mask_k<<<grid(a.s), kThreads, 0, s>>>(a);
+    launch_k(topk_mask_k, grid(a.s), kThreads, 0, s, a);
   }
   DI_CUDA_LAUNCHED();
 }
 void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s) {
   if (a.s == 0) return;
   if (!legacy_forced()) {
-    candidate_blocks_block_k<<<static_cast<unsigned>(a.s), kSelThreads, 0, s>>>(a);
+    launch_k(candidate_blocks_block_k, static_cast<unsigned>(a.s), kSelThreads, 0, s, a);
     DI_CUDA_LAUNCHED();
     return;
   }
@@ -182,7 +187,7 @@ void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s) {
   uint8_t* bsel = nullptr;
   DI_CUDA_CHECK(cudaMallocAsync(&bs, static_cast<size_t>(a.s * nb) * sizeof(float), s));
   DI_CUDA_CHECK(cudaMallocAsync(&bsel, static_cast<size_t>(a.s * nb), s));
-  candidate_blocks_k<<<grid(a.s), kThreads, 0, s>>>(a, bs, bsel);
+  launch_k(candidate_blocks_k, grid(a.s), kThreads, 0, s, a, bs, bsel);
   DI_CUDA_LAUNCHED();
   DI_CUDA_CHECK(cudaFreeAsync(bs, s));
   DI_CUDA_CHECK(cudaFreeAsync(bsel, s));
@@ -194,7 +199,7 @@ void router(const RouterArgs& a, cudaStream_t s) {
     std::fprintf(stderr, "deepinfer: router supports at most %d experts\n", std::min(2048, 48 * 1024 / (kRouterWarps * 8)));
     std::abort();
   }
-  router_k<<<static_cast<unsigned>(ceil_div(a.rows, kRouterWarps)), kRouterWarps * 32, smem, s>>>(a);
+  launch_k(router_k, static_cast<unsigned>(ceil_div(a.rows, kRouterWarps)), kRouterWarps * 32, smem, s, a);
   DI_CUDA_LAUNCHED();
 }
 
