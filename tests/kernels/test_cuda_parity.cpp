@@ -141,6 +141,53 @@ TEST_P(Parity, HyperConnectionsAndEngramGate) {
   EXPECT_LT(rel_err(x, dx.get()), 1e-5);
 }
 
+// mHC mixes of 1030 rows at the released width (4 rows per warp, every mix in one block)
+// against the CPU, and rows alone (a row per warp, 6 mixes per block, the fn slice staged in
+// shared memory; and unstaged, fn at an address not 16-byte aligned) giving their bits in the
+// batch.
+TEST(CudaHyperConnections, MixesOfARowAloneAreItsBitsInABatch) {
+  Backends b;
+  const int64_t hc = 4, mix = 24, R = 1030, D = 5120;
+  auto x = randn(static_cast<size_t>(R * hc * D), 24), fn = randn(static_cast<size_t>(mix * hc * D), 25, 0.02f),
+       base = randn(static_cast<size_t>(mix), 26, 0.3f);
+  std::vector<float> scale = {0.9f, 1.1f, 2.0f};
+  std::vector<float> pre(static_cast<size_t>(R * hc)), post(pre.size()), comb(static_cast<size_t>(R * hc * hc));
+  b.cpu->hc_mixes({.x = x.data(), .fn = fn.data(), .scale = scale.data(), .base = base.data(), .pre = pre.data(), .post = post.data(),
+                   .comb = comb.data(), .rows = R, .hc = hc, .dim = D});
+  std::vector<float> fn_shifted(fn.size() + 1, 0.0f);
+  std::copy(fn.begin(), fn.end(), fn_shifted.begin() + 1);
+  Dev<float> dx(x), dfn(fn), dfn1(fn_shifted), dbase(base), dscale(scale), dpre(pre.size()), dpost(post.size()), dcomb(comb.size());
+  b.gpu->hc_mixes({.x = dx.p, .fn = dfn.p, .scale = dscale.p, .base = dbase.p, .pre = dpre.p, .post = dpost.p, .comb = dcomb.p,
+                   .rows = R, .hc = hc, .dim = D});
+  b.gpu->synchronize();
+  const auto all_pre = dpre.get(), all_post = dpost.get(), all_comb = dcomb.get();
+  EXPECT_LT(rel_err(pre, all_pre), 1e-5);
+  EXPECT_LT(rel_err(post, all_post), 1e-5);
+  EXPECT_LT(rel_err(comb, all_comb), 1e-5);
+  {  // 40 rows (a row per warp, staged; more than 48 KB of shared memory): rows 0..39's bits
+    const int64_t n = 40;
+    Dev<float> p1(static_cast<size_t>(n * hc)), q1(p1.n), c1(static_cast<size_t>(n * hc * hc));
+    b.gpu->hc_mixes({.x = dx.p, .fn = dfn.p, .scale = dscale.p, .base = dbase.p, .pre = p1.p, .post = q1.p, .comb = c1.p,
+                     .rows = n, .hc = hc, .dim = D});
+    b.gpu->synchronize();
+    EXPECT_EQ(0, std::memcmp(p1.get().data(), all_pre.data(), p1.n * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(q1.get().data(), all_post.data(), q1.n * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(c1.get().data(), all_comb.data(), c1.n * sizeof(float)));
+  }
+  for (int64_t r : {int64_t{0}, int64_t{517}, R - 1})
+    for (const float* f : {static_cast<const float*>(dfn.p), static_cast<const float*>(dfn1.p + 1)}) {
+      Dev<float> p1(static_cast<size_t>(hc)), q1(static_cast<size_t>(hc)), c1(static_cast<size_t>(hc * hc));
+      b.gpu->hc_mixes({.x = dx.p + r * hc * D, .fn = f, .scale = dscale.p, .base = dbase.p, .pre = p1.p, .post = q1.p,
+                       .comb = c1.p, .rows = 1, .hc = hc, .dim = D});
+      b.gpu->synchronize();
+      const char* how = f == dfn.p ? "staged" : "unstaged";
+      EXPECT_EQ(0, std::memcmp(p1.get().data(), all_pre.data() + r * hc, static_cast<size_t>(hc) * sizeof(float))) << "row " << r << " " << how;
+      EXPECT_EQ(0, std::memcmp(q1.get().data(), all_post.data() + r * hc, static_cast<size_t>(hc) * sizeof(float))) << "row " << r << " " << how;
+      EXPECT_EQ(0, std::memcmp(c1.get().data(), all_comb.data() + r * hc * hc, static_cast<size_t>(hc * hc) * sizeof(float)))
+          << "row " << r << " " << how;
+    }
+}
+
 TEST_P(Parity, AttentionIndexerTopkRouter) {
   Backends b;
   const Dims d = GetParam();

@@ -1,7 +1,11 @@
 // CUDA: row-wise ops (RMSNorm, RoPE, SwiGLU, compressor pooling), the fake quantisers,
 // weight dequantisation, and the mHC / Engram mixes. First versions: one thread per output
 // element or one block per row; correctness first, measured against the CPU reference.
+#include <algorithm>
+#include <vector>
+
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/tiling.cuh"
 
 namespace deepinfer::kernels::cuda {
 
@@ -177,12 +181,13 @@ __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
   out[i] = d_weight_at(w, row0 + i / w.cols, i % w.cols);
 }
 
-// mHC mixes. hc_project_k: block (group of kMixRows rows, slice) reduces one of kMixSlices
-// fixed slices of the flattened rows: Σx² and the nmix dot products with fn, kept in
-// registers; the slice count never depends on the batch, so neither does any row's result.
-// hc_mixes_row: per row (a warp of the row group's last block), the slices summed in order,
-// then the norm, scales, sigmoids, softmax and Sinkhorn.
-constexpr int kMaxMix = 32, kMixSlices = 16, kMixRows = 4, kMixThreads = 256;
+// mHC mixes. hc_project_k: a warp per (group of R rows, slice, group of NMIX mixes) reduces one
+// of kMixSlices fixed slices of the flattened rows: Σx² and the mix dot products, lane l
+// summing the slice's elements l, l + 32, ... in order, then one shuffle tree; the 8 warps of a
+// block take consecutive row groups of the same slice (the weight slice they share comes from
+// L1). A row's sums are the same bits whatever R, NMIX or the number of rows (so neither the
+// batch nor the launch shape changes them).
+constexpr int kMaxMix = 32, kMixSlices = 16, kMixWarps = 8, kMixThreads = kMixWarps * 32;
 constexpr int64_t kMixCounters = kGemmCounters;
 
 // Row r's mixes from its slices' partial sums, by one warp (lane = threadIdx.x % 32, sum and m
@@ -249,65 +254,81 @@ __global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
   hc_mixes_row<HC>(a, part, blockIdx.x, sum, m);
 }
 
-// Grid z: groups of NMIX mixes (few rows: more blocks; each mix's sums are the same bits in any
-// group, and every group computes Σx² alike, group 0 storing it). With counters (zeroed, left
-// zeroed): the last block of a row group to finish runs hc_mixes_row for its rows, a warp each
-// (one launch for the whole op).
-template <int NMIX, int HC>
+// Block (group of kMixWarps * R rows, slice, group of NMIX mixes: grid z), warp w its rows
+// R w .. R w + R - 1. STAGED (R = 1): the block's slices of fn and of its rows first go to
+// shared memory in one cp.async batch (dynamic, (NMIX + rows) x len floats; one memory
+// latency instead of one per unrolled round of loads). With counters (zeroed, left zeroed): the last block of a row block
+// to finish runs hc_mixes_row for its rows, each warp every 8th (one launch for the whole op).
+template <int NMIX, int HC, int R, bool STAGED>
 __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float* part, int* counters) {
   DI_PDL_ENTRY();
-  const int64_t width = a.hc * a.dim, nmix = (2 + a.hc) * a.hc, r0 = static_cast<int64_t>(blockIdx.x) * kMixRows;
+  static_assert(!STAGED || R == 1, "staging holds a row per warp");
+  extern __shared__ __align__(16) float s_fn[];  // STAGED: fn [NMIX][len], then the block's rows [<= 8][len]
+  const int64_t width = a.hc * a.dim, nmix = (2 + a.hc) * a.hc;
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int64_t rb0 = static_cast<int64_t>(blockIdx.x) * kMixWarps * R, r0 = rb0 + static_cast<int64_t>(warp) * R;
   const int mix0 = static_cast<int>(blockIdx.z) * NMIX;
   const int slice = static_cast<int>(blockIdx.y);
   const int64_t len = (width + kMixSlices - 1) / kMixSlices, i0 = slice * len, i1 = min(width, i0 + len);
-  const int nr = static_cast<int>(min(static_cast<int64_t>(kMixRows), a.rows - r0));
-  float acc[kMixRows][NMIX + 1];
+  const int nr = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(R), a.rows - r0)));
+  if constexpr (STAGED) {  // width and len multiples of 4, fn 16-byte aligned (the launch checks)
+    for (int j = 0; j < NMIX && mix0 + j < nmix; ++j) {
+      const float* src = a.fn + (mix0 + j) * width + i0;
+      for (int64_t c = threadIdx.x; c < (i1 - i0) / 4; c += kMixThreads) detail::cp_async16(s_fn + j * len + c * 4, src + c * 4);
+    }
+    const int64_t nrb = min(static_cast<int64_t>(kMixWarps), a.rows - rb0);
+    for (int64_t c = threadIdx.x; c < nrb * ((i1 - i0) / 4); c += kMixThreads) {
+      const int64_t w = c / ((i1 - i0) / 4), c4 = c - w * ((i1 - i0) / 4);
+      detail::cp_async16(s_fn + (NMIX + w) * len + c4 * 4, a.x + (rb0 + w) * width + i0 + c4 * 4);
+    }
+    detail::cp_async_commit();
+    detail::cp_async_wait<0>();
+    __syncthreads();
+  }
+  if (nr > 0) {
+    float acc[R][NMIX + 1];
 #pragma unroll
-  for (int r = 0; r < kMixRows; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-    for (int j = 0; j <= NMIX; ++j) acc[r][j] = 0.0f;
-  for (int64_t i = i0 + threadIdx.x; i < i1; i += kMixThreads) {
-    float f[NMIX];
+      for (int j = 0; j <= NMIX; ++j) acc[r][j] = 0.0f;
+    constexpr int kUnroll = STAGED ? 16 : 2;  // global loads in flight: x only when fn is staged
+#pragma unroll kUnroll
+    for (int64_t i = i0 + lane; i < i1; i += 32) {
+      float f[NMIX];
 #pragma unroll
-    for (int j = 0; j < NMIX; ++j) f[j] = mix0 + j < nmix ? a.fn[(mix0 + j) * width + i] : 0.0f;
+      for (int j = 0; j < NMIX; ++j)
+        f[j] = mix0 + j >= nmix ? 0.0f : STAGED ? s_fn[j * len + (i - i0)] : a.fn[(mix0 + j) * width + i];
 #pragma unroll
-    for (int r = 0; r < kMixRows; ++r) {
+      for (int r = 0; r < R; ++r) {
+        if (r >= nr) break;  // the same for the whole warp
+        const float v = STAGED ? s_fn[(NMIX + warp) * len + (i - i0)] : a.x[(r0 + r) * width + i];
+        acc[r][0] = fmaf(v, v, acc[r][0]);
+#pragma unroll
+        for (int j = 0; j < NMIX; ++j) acc[r][j + 1] = fmaf(v, f[j], acc[r][j + 1]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
       if (r >= nr) break;
-      const float v = a.x[(r0 + r) * width + i];
-      acc[r][0] += v * v;
 #pragma unroll
-      for (int j = 0; j < NMIX; ++j) acc[r][j + 1] += v * f[j];
+      for (int j = 0; j <= NMIX; ++j) {
+        const float v = warp_sum(acc[r][j]);
+        if (lane == 0 && (j == 0 ? mix0 == 0 : mix0 + j <= nmix))
+          part[((r0 + r) * kMixSlices + slice) * (kMaxMix + 1) + (j == 0 ? 0 : mix0 + j)] = v;
+      }
     }
-  }
-  __shared__ float red[kMixRows * (NMIX + 1)][kMixThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int r = 0; r < kMixRows; ++r) {
-    if (r >= nr) break;  // the same for the whole block
-#pragma unroll
-    for (int j = 0; j <= NMIX; ++j) {
-      const float v = warp_sum(acc[r][j]);
-      if (lane == 0) red[r * (NMIX + 1) + j][warp] = v;
-    }
-  }
-  __syncthreads();
-  for (int t = threadIdx.x; t < nr * (NMIX + 1); t += kMixThreads) {
-    float v = 0.0f;
-    for (int w = 0; w < kMixThreads / 32; ++w) v += red[t][w];
-    const int r = t / (NMIX + 1), j = t % (NMIX + 1);
-    if (j == 0 ? mix0 == 0 : mix0 + j <= nmix) part[((r0 + r) * kMixSlices + slice) * (kMaxMix + 1) + (j == 0 ? 0 : mix0 + j)] = v;
   }
   if (!counters) return;
   __threadfence();
   __syncthreads();
   __shared__ bool s_last;
-  __shared__ float fin_sum[kMixRows][kMaxMix + 1], fin_m[kMixRows][kMaxMix];
+  __shared__ float fin_sum[kMixWarps][kMaxMix + 1], fin_m[kMixWarps][kMaxMix];
   if (threadIdx.x == 0) s_last = atomicAdd(counters + blockIdx.x, 1) == static_cast<int>(gridDim.y * gridDim.z) - 1;
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  static_assert(kMixThreads / 32 >= kMixRows, "a warp per row of the group");
-  if (warp < nr) hc_mixes_row<HC>(a, part, r0 + warp, fin_sum[warp], fin_m[warp]);
+  const int64_t rend = min(a.rows, rb0 + static_cast<int64_t>(kMixWarps) * R);
+  for (int64_t r = rb0 + warp; r < rend; r += kMixWarps) hc_mixes_row<HC>(a, part, r, fin_sum[warp], fin_m[warp]);
   if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
 
@@ -406,19 +427,42 @@ void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStrea
 int64_t hc_mixes_scratch(int64_t rows) { return rows * kMixSlices * (kMaxMix + 1); }
 
 namespace {
-template <int HC>
-void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) {
-  const unsigned row_groups = static_cast<unsigned>(ceil_div(a.rows, kMixRows));
-  const int nmix = static_cast<int>((2 + a.hc) * a.hc);
-  if (row_groups > kMixCounters) counters = nullptr;
-  if (a.rows <= 4 * kMixRows)  // few rows: the mixes 6 per block, for 4x the blocks
-    launch_k(hc_project_k<6, HC>, dim3(row_groups, kMixSlices, static_cast<unsigned>(ceil_div(nmix, 6))), kMixThreads, 0, s, a, part, counters);
-  else if (nmix == 24) launch_k(hc_project_k<24, HC>, dim3(row_groups, kMixSlices), kMixThreads, 0, s, a, part, counters);  // hc = 4
-  else launch_k(hc_project_k<kMaxMix, HC>, dim3(row_groups, kMixSlices), kMixThreads, 0, s, a, part, counters);
+template <int NMIX, int HC, int R, bool STAGED>
+void launch_hc_project(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s, int nmix, size_t smem) {
+  const unsigned row_blocks = static_cast<unsigned>(ceil_div(a.rows, kMixWarps * R));
+  if (row_blocks > kMixCounters) counters = nullptr;
+  if (STAGED && smem > 48 * 1024) {  // the opt-in, once per instantiation and device
+    static std::vector<int> opted;
+    int dev = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    if (std::find(opted.begin(), opted.end(), dev) == opted.end()) {
+      DI_CUDA_CHECK(cudaFuncSetAttribute(hc_project_k<NMIX, HC, R, STAGED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
+      opted.push_back(dev);
+    }
+  }
+  launch_k(hc_project_k<NMIX, HC, R, STAGED>, dim3(row_blocks, kMixSlices, static_cast<unsigned>(ceil_div(nmix, NMIX))),
+           kMixThreads, STAGED ? smem : 0, s, a, part, counters);
   DI_CUDA_LAUNCHED();
-  if (counters) return;  // finished by each row group's last block
+  if (counters) return;  // finished by each row block's last block
   launch_k(hc_mixes_k<HC>, static_cast<unsigned>(a.rows), 32, 0, s, a, part);
   DI_CUDA_LAUNCHED();
+}
+
+// Up to 1024 rows: a row per warp, the mixes 6 per block (more blocks), their fn slice and the
+// rows' slices staged in shared memory when aligned and within 96 KB; above, 4 rows per warp
+// and every mix in one block (the weights read once per 32 rows). Either way the same bits.
+template <int HC>
+void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) {
+  const int nmix = static_cast<int>((2 + a.hc) * a.hc);
+  const int64_t width = a.hc * a.dim, len = ceil_div(width, kMixSlices);
+  const size_t smem = static_cast<size_t>((6 + std::min<int64_t>(kMixWarps, a.rows)) * len) * sizeof(float);
+  const bool stage =
+      width % 4 == 0 && len % 4 == 0 && detail::aligned16(a.fn) && detail::aligned16(a.x) && smem <= 96 * 1024;
+  if (a.rows <= 1024 && stage) launch_hc_project<6, HC, 1, true>(a, part, counters, s, nmix, smem);
+  else if (a.rows <= 1024) launch_hc_project<6, HC, 1, false>(a, part, counters, s, nmix, 0);
+  else if (nmix == 24) launch_hc_project<24, HC, 4, false>(a, part, counters, s, nmix, 0);  // hc = 4
+  else launch_hc_project<kMaxMix, HC, 2, false>(a, part, counters, s, nmix, 0);
 }
 }  // namespace
 
