@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-kernel GPU time of the last decode step from an ncu CSV (scripts/device_run.sh, stage
 kernels: ncu --csv --metrics gpu__time_duration.sum,launch__grid_size). The kernels are split into
-steps at each launch of the run's last kernel (name and grid: the head's product); the last full step is summarised by
+steps at each launch of the run's last kernel (name and grid: the decode step's draw on the GPU); the last full step is summarised by
 kernel name, then listed in launch order (time, grid) to argv[2] if given."""
 import csv, sys, collections
 
