@@ -223,7 +223,7 @@ struct IndexerScoreArgs {
 struct CandidateBlocksArgs {
   const float* scores = nullptr;   // [s, t] fp32 (invisible = -inf)
   const int64_t* q_pos = nullptr;  // [s]
-  uint8_t* keep = nullptr;         // [s, t] 1 = inside a kept block
+  uint8_t* keep = nullptr;         // [s, t] 1 = inside a kept block, 0 elsewhere (every element written)
   int64_t s = 0, t = 0, ratio = 1, block_size = 8, topk_blocks = 2048;
 };
 
@@ -231,7 +231,7 @@ struct CandidateBlocksArgs {
 struct TopkMaskArgs {
   const float* scores = nullptr;      // [s, t] fp32
   const uint8_t* restrict_to = nullptr;  // [s, t] or null: scores outside are treated as -inf
-  uint8_t* selected = nullptr;        // [s, t] 1 = picked
+  uint8_t* selected = nullptr;        // [s, t] 1 = picked, 0 elsewhere (every element written)
   int64_t s = 0, t = 0, k = 0;
 };
 

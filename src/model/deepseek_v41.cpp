@@ -813,7 +813,7 @@ void DeepseekV41::index_select(int64_t l, const float* q, const float* w, const 
                       .dim = di, .t = T, .ratio = r, .score_scale = 1.0f / std::sqrt(static_cast<float>(di))});
   const uint8_t* restrict_to = nullptr;
   if (l == c.candidate_source_layer_id) {
-    buf(sh.candidates, n * T).zero();
+    buf(sh.candidates, n * T);  // written entirely by the op
     be_.candidate_blocks({.scores = scores.data(), .q_pos = pos, .keep = sh.candidates.data(), .s = n, .t = T,
                           .ratio = r, .block_size = c.candidate_block_size, .topk_blocks = c.candidate_topk_blocks});
     sh.has_candidates = true;
@@ -822,7 +822,7 @@ void DeepseekV41::index_select(int64_t l, const float* q, const float* w, const 
     DI_CHECK(sh.cand_t == T, "candidate mask width does not match the indexer keys of layer " + std::to_string(l));
     restrict_to = sh.candidates.data();
   }
-  buf(sh.topk, n * T).zero();
+  buf(sh.topk, n * T);  // written entirely by the op
   be_.topk_mask({.scores = scores.data(), .restrict_to = restrict_to, .selected = sh.topk.data(), .s = n, .t = T,
                  .k = std::min(c.index_topk, T)});
   sh.has_topk = true;

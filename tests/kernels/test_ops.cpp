@@ -142,7 +142,7 @@ TEST(Ops, AttentionWindowCompressedAndSink) {
 TEST(Ops, TopkDropsNegInfAndBreaksTiesByIndex) {
   auto be = kernels::make_cpu_backend(1);
   std::vector<float> sc = {1.0f, -kInf, 3.0f, 1.0f, 1.0f, -kInf};
-  std::vector<uint8_t> sel(6);
+  std::vector<uint8_t> sel(6, 7);  // every element is written (callers need not clear it)
   be->topk_mask({.scores = sc.data(), .selected = sel.data(), .s = 1, .t = 6, .k = 3});
   EXPECT_EQ(sel, (std::vector<uint8_t>{1, 0, 1, 1, 0, 0}));  // 3.0, then the tie at 1.0 by lower index
   be->topk_mask({.scores = sc.data(), .selected = sel.data(), .s = 1, .t = 6, .k = 6});
@@ -157,7 +157,7 @@ TEST(Ops, CandidateBlocksPinNewestBlock) {
   // t = 7 positions, blocks of 2 (last padded), ratio 1; query at position 4 sees 0..4.
   std::vector<float> sc = {5.0f, 0.0f, 9.0f, 1.0f, 0.1f, -kInf, -kInf};
   std::vector<int64_t> pos = {4};
-  std::vector<uint8_t> keep(7);
+  std::vector<uint8_t> keep(7, 7);  // every element is written
   be->candidate_blocks({.scores = sc.data(), .q_pos = pos.data(), .keep = keep.data(), .s = 1, .t = 7, .ratio = 1,
                         .block_size = 2, .topk_blocks = 2});
   // Block 2 (positions 4,5) holds the newest visible position and is pinned; then block 1 (max 9).
