@@ -14,8 +14,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <utility>
-#include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/mma.cuh"
@@ -131,6 +129,13 @@ struct VisibleList {
     base_ord = lo;
     n_list = 0;
   }
+  // Split `split` of nsplit: the visible-entry ordinals [split, split + 1) x kAttnSeg, the last
+  // split taking every ordinal left (the launch's bound on the visible entries sizes the splits,
+  // it never drops entries).
+  __device__ void start_segment(int split, int nsplit, int64_t c_all_) {
+    start(static_cast<int64_t>(split) * kAttnSeg, split + 1 < nsplit ? static_cast<int64_t>(split + 1) * kAttnSeg : INT64_MAX,
+          c_all_);
+  }
   __device__ bool exhausted() const { return cand >= c_all; }
   // The tiles of tn entries the held list gives now: all of them once the candidates are
   // exhausted (the last one partial), else the full ones (the rest wait for the next batch).
@@ -197,10 +202,7 @@ struct VisibleList {
 template <int T>
 __device__ void start_split(VisibleList<T>& vl, const AttentionArgs& a, int nsplit, int split, int64_t c_all, int64_t h0,
                             int hc, float* s_m, float* s_l) {
-  // The last split takes every ordinal left: the launch's bound on the visible entries sizes
-  // the splits, it never drops entries.
-  vl.start(static_cast<int64_t>(split) * kAttnSeg, split + 1 < nsplit ? static_cast<int64_t>(split + 1) * kAttnSeg : INT64_MAX,
-           c_all);
+  vl.start_segment(split, nsplit, c_all);
   for (int h = threadIdx.x; h < hc; h += T) {
     const bool valid = h0 + h < a.heads;
     s_m[h] = split == 0 ? (valid ? a.sink[h0 + h] : 0.0f) : -INFINITY;
@@ -478,15 +480,7 @@ struct MmaCfg {
 
 // 4 floats -> 4 bf16 (round to nearest even) at dst.
 __device__ __forceinline__ void st_bf16x4(__nv_bfloat16* dst, float4 v) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-  uint2 u;
-  u.x = *reinterpret_cast<const uint32_t*>(&lo);
-  u.y = *reinterpret_cast<const uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(dst) = u;
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
+  *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
 }
 
 // The rows a query can see, staged: window rows first, then the compressed rows when a
@@ -510,16 +504,12 @@ __global__ void entries_bf16_k(AttentionArgs a, __nv_bfloat16* out, int64_t cap,
   DI_PDL_ENTRY();
   const int64_t si = blockIdx.y, D = a.head_dim, C8 = D / 8;
   __shared__ long long s_part[kThreads / 32];
-  long long acc = 0;
+  long long before = 0;
   for (int64_t i = threadIdx.x; i < si; i += blockDim.x) {
     const StagedRows r = staged_rows(a, i);
-    acc += r.t_win + r.t_comp;
+    before += r.t_win + r.t_comp;
   }
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(kFull, acc, off);
-  if ((threadIdx.x & 31) == 0) s_part[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  int64_t e0 = 0;
-  for (int ww = 0; ww < static_cast<int>(blockDim.x / 32); ++ww) e0 += s_part[ww];
+  const int64_t e0 = block_sum_ordered(before, s_part);
   const StagedRows r = staged_rows(a, si);
   const int64_t n = r.t_win + r.t_comp;
   if (e0 + n > cap) __trap();  // AttentionArgs.total_entries below the truth
@@ -528,9 +518,8 @@ __global__ void entries_bf16_k(AttentionArgs a, __nv_bfloat16* out, int64_t cap,
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / C8, c8 = i - row * C8;
     const float* src = (row < r.t_win ? r.win + row * D : r.comp + (row - r.t_win) * D) + c8 * 8;
-    const float4 x = *reinterpret_cast<const float4*>(src), y = *reinterpret_cast<const float4*>(src + 4);
     *reinterpret_cast<uint4*>(out + (e0 + row) * D + c8 * 8) =
-        make_uint4(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w), pack_bf16(y.x, y.y), pack_bf16(y.z, y.w));
+        pack_bf16x8(*reinterpret_cast<const float4*>(src), *reinterpret_cast<const float4*>(src + 4));
   }
 }
 
@@ -544,8 +533,8 @@ __global__ void __launch_bounds__(kMmaT, 1)
   constexpr int MT = HC / 16, DG = kMmaWarps / MT, SE = TN / DG, NJ = SE / 8;  // S: a warp's n8 tiles
   constexpr int DC = D / DG, NT = DC / 8, NS = TN / 8;  // P·V: a warp's channels and n8 tiles; a row's n8 tiles
   static_assert(HC % 16 == 0 && MT <= 4 && NT % 2 == 0 && (NJ == 1 || NJ % 2 == 0), "tiling");
-  constexpr int C4 = D / 4, C8 = D / 8;
-  static_assert(T % C8 == 0, "a thread's chunks of the entry rows share one column");  // float4 chunks of a query row, 16-byte chunks of an entry row
+  constexpr int C4 = D / 4, C8 = D / 8;  // float4 chunks of a query row, 16-byte chunks of an entry row
+  static_assert(T % C8 == 0, "a thread's chunks of the entry rows share one column");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem_raw + C::qOff);
   auto* s_k = reinterpret_cast<__nv_bfloat16*>(smem_raw + C::kOff);
@@ -563,9 +552,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
   const __nv_bfloat16* rows = entries + (a.seqs ? seq_e0[a.q_seq[t]] : 0) * D;
   auto visible = [&](int64_t c) { return visible_entry(a, qe, p, c); };
   VisibleList<T, kMmaListCap> vl;
-  // The last split takes every ordinal left (the launch's bound sizes the splits, never drops).
-  vl.start(static_cast<int64_t>(split) * kAttnSeg, split + 1 < nsplit ? static_cast<int64_t>(split + 1) * kAttnSeg : INT64_MAX,
-           c_all);
+  vl.start_segment(split, nsplit, c_all);
   vl.fill(visible, s_list, s_scan);
   if (vl.n_list == 0 && split > 0) {  // an empty segment: m = -inf, skipped by the combine
     store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, nullptr, nullptr);
@@ -758,17 +745,6 @@ int attention_splits(const AttentionArgs& a) {
   return static_cast<int>(std::max<int64_t>(1, ceil_div(bound, kAttnSeg)));
 }
 
-// The shared-memory opt-in once per kernel and device (the backend runs on one thread).
-void opt_in_smem(const void* kern, size_t bytes) {
-  static std::vector<std::pair<const void*, int>> opted;
-  int dev = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&dev));
-  if (std::find(opted.begin(), opted.end(), std::make_pair(kern, dev)) == opted.end()) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    opted.emplace_back(kern, dev);
-  }
-}
-
 // Runs launch(grid, nsplit, part_o, part_ml, first query) over the queries (heads_per_cta heads
 // per CTA), split into fixed segments of kAttnSeg visible entries when a query can see more,
 // the splits merged by attention_combine_k.
@@ -802,7 +778,7 @@ void launch_attention(int heads_per_cta, const AttentionArgs& a, cudaStream_t s,
 template <int DW, int NW>
 void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
   using C = AttnCfg<DW, NW>;
-  opt_in_smem(reinterpret_cast<const void*>(attention_tiled_k<DW, NW>), C::bytes);
+  opt_in_smem(attention_tiled_k<DW, NW>, C::bytes);
   launch_attention(kAttnHeads, a, s, [&](dim3 g, int nsplit, float* po, float* pml, int64_t q0) {
     launch_k(attention_tiled_k<DW, NW>, g, C::T, C::bytes, s, a, nsplit, po, pml, q0);
   });
@@ -812,7 +788,7 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
 template <int D, int HC>
 void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s) {
   using C = MmaCfg<D, HC>;
-  opt_in_smem(reinterpret_cast<const void*>(attention_mma_k<D, HC>), C::bytes);
+  opt_in_smem(attention_mma_k<D, HC>, C::bytes);
   const int64_t n_seqs = a.seqs ? a.n_seqs : 1;
   const int64_t max_rows = a.seqs ? a.max_t_win + a.max_t_comp : a.t_win + ((a.comp && a.comp_sel) ? a.t_comp : 0);
   const int64_t total = a.seqs ? (a.total_entries > 0 ? a.total_entries : n_seqs * max_rows) : max_rows;

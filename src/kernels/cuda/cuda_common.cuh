@@ -46,6 +46,14 @@ namespace deepinfer::kernels::cuda {
 
 bool pdl_enabled();
 
+// Lets kern use `bytes` of dynamic shared memory (the opt-in above 48 KiB), once per kernel and
+// device (the backend runs on one thread).
+void opt_in_smem_bytes(const void* kern, size_t bytes);
+template <class... KArgs>
+void opt_in_smem(void (*kern)(KArgs...), size_t bytes) {
+  opt_in_smem_bytes(reinterpret_cast<const void*>(kern), bytes);
+}
+
 // kern<<<grid, block, smem, s>>>(args...) as a programmatic dependent launch (kern must begin
 // with DI_PDL_ENTRY()); every launch of the backend goes through here.
 template <class... KArgs, class... Args>

@@ -2,7 +2,6 @@
 // weight dequantisation, and the mHC / Engram mixes. First versions: one thread per output
 // element or one block per row; correctness first, measured against the CPU reference.
 #include <algorithm>
-#include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/tiling.cuh"
@@ -257,8 +256,9 @@ __global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
 // Block (group of kMixWarps * R rows, slice, group of NMIX mixes: grid z), warp w its rows
 // R w .. R w + R - 1. STAGED (R = 1): the block's slices of fn and of its rows first go to
 // shared memory in one cp.async batch (dynamic, (NMIX + rows) x len floats; one memory
-// latency instead of one per unrolled round of loads). With counters (zeroed, left zeroed): the last block of a row block
-// to finish runs hc_mixes_row for its rows, each warp every 8th (one launch for the whole op).
+// latency instead of one per unrolled round of loads). With counters (zeroed, left zeroed):
+// the last block of a row block to finish runs hc_mixes_row for its rows, each warp every 8th
+// (one launch for the whole op).
 template <int NMIX, int HC, int R, bool STAGED>
 __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float* part, int* counters) {
   DI_PDL_ENTRY();
@@ -271,14 +271,15 @@ __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float
   const int slice = static_cast<int>(blockIdx.y);
   const int64_t len = (width + kMixSlices - 1) / kMixSlices, i0 = slice * len, i1 = min(width, i0 + len);
   const int nr = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(R), a.rows - r0)));
-  if constexpr (STAGED) {  // width and len multiples of 4, fn 16-byte aligned (the launch checks)
+  if constexpr (STAGED) {  // width and len multiples of 4, fn and x 16-byte aligned (the launch checks)
+    const int64_t n4 = (i1 - i0) / 4;  // 16-byte chunks of the slice
     for (int j = 0; j < NMIX && mix0 + j < nmix; ++j) {
       const float* src = a.fn + (mix0 + j) * width + i0;
-      for (int64_t c = threadIdx.x; c < (i1 - i0) / 4; c += kMixThreads) detail::cp_async16(s_fn + j * len + c * 4, src + c * 4);
+      for (int64_t c = threadIdx.x; c < n4; c += kMixThreads) detail::cp_async16(s_fn + j * len + c * 4, src + c * 4);
     }
     const int64_t nrb = min(static_cast<int64_t>(kMixWarps), a.rows - rb0);
-    for (int64_t c = threadIdx.x; c < nrb * ((i1 - i0) / 4); c += kMixThreads) {
-      const int64_t w = c / ((i1 - i0) / 4), c4 = c - w * ((i1 - i0) / 4);
+    for (int64_t c = threadIdx.x; c < nrb * n4; c += kMixThreads) {
+      const int64_t w = c / n4, c4 = c - w * n4;
       detail::cp_async16(s_fn + (NMIX + w) * len + c4 * 4, a.x + (rb0 + w) * width + i0 + c4 * 4);
     }
     detail::cp_async_commit();
@@ -386,8 +387,8 @@ unsigned grid(int64_t n) { return static_cast<unsigned>(ceil_div(n, kThreads)); 
 
 void rms_norm(const RmsNormArgs& a, cudaStream_t s) {
   if (a.rows == 0) return;
-  const auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (a.dim % 4 == 0 && a.dim <= 4 * kNormCache * kNormThreads && al16(a.x) && al16(a.y) && (!a.w || al16(a.w)))
+  using detail::aligned16;
+  if (a.dim % 4 == 0 && a.dim <= 4 * kNormCache * kNormThreads && aligned16(a.x) && aligned16(a.y) && (!a.w || aligned16(a.w)))
     launch_k(rms_norm_v4_k, static_cast<unsigned>(a.rows), kNormThreads, 0, s, a.x, a.w, a.y, a.dim, a.eps);
   else
     launch_k(rms_norm_k, static_cast<unsigned>(a.rows), kThreads, 0, s, a.x, a.w, a.y, a.dim, a.eps);
@@ -431,16 +432,7 @@ template <int NMIX, int HC, int R, bool STAGED>
 void launch_hc_project(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s, int nmix, size_t smem) {
   const unsigned row_blocks = static_cast<unsigned>(ceil_div(a.rows, kMixWarps * R));
   if (row_blocks > kMixCounters) counters = nullptr;
-  if (STAGED && smem > 48 * 1024) {  // the opt-in, once per instantiation and device
-    static std::vector<int> opted;
-    int dev = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    if (std::find(opted.begin(), opted.end(), dev) == opted.end()) {
-      DI_CUDA_CHECK(cudaFuncSetAttribute(hc_project_k<NMIX, HC, R, STAGED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-      opted.push_back(dev);
-    }
-  }
+  if (STAGED && smem > 48 * 1024) opt_in_smem(hc_project_k<NMIX, HC, R, STAGED>, smem);
   launch_k(hc_project_k<NMIX, HC, R, STAGED>, dim3(row_blocks, kMixSlices, static_cast<unsigned>(ceil_div(nmix, NMIX))),
            kMixThreads, STAGED ? smem : 0, s, a, part, counters);
   DI_CUDA_LAUNCHED();

@@ -150,13 +150,7 @@ void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s) {
   const bool fast = !legacy_forced() && bq > 0 && a.dim > 0 && a.dim % 4 == 0 && aligned16(a.q) && aligned16(a.k) &&
                     ceil_div(a.s, bq) <= 65535;
   if (fast) {
-    static bool attr_done[64] = {};
-    int dev = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev < 0 || dev >= 64 || !attr_done[dev]) {
-      DI_CUDA_CHECK(cudaFuncSetAttribute(indexer_tiled_k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kIxSmem)));
-      if (dev >= 0 && dev < 64) attr_done[dev] = true;
-    }
+    opt_in_smem(indexer_tiled_k, kIxSmem);
     const dim3 g(static_cast<unsigned>(ceil_div(a.t, kIxBN)), static_cast<unsigned>(ceil_div(a.s, bq)));
     launch_k(indexer_tiled_k, g, kIxThreads, kIxSmem, s, a, static_cast<int>(bq));
     DI_CUDA_LAUNCHED();

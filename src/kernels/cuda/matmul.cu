@@ -2,7 +2,10 @@
 // dequantised into bf16, float32 accumulation through cuBLAS), and seeded random fills.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
 
@@ -14,6 +17,16 @@ bool pdl_enabled() {
     return !(e && e[0] == '0');
   }();
   return on;
+}
+
+void opt_in_smem_bytes(const void* kern, size_t bytes) {
+  static std::vector<std::pair<const void*, int>> opted;
+  int dev = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&dev));
+  if (std::find(opted.begin(), opted.end(), std::make_pair(kern, dev)) == opted.end()) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    opted.emplace_back(kern, dev);
+  }
 }
 
 namespace {

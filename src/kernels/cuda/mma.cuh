@@ -3,9 +3,22 @@
 // (moe.cu) and the attention (attention.cu).
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 namespace deepinfer::kernels::cuda {
+
+// Two floats rounded to bf16 (round to nearest even) in one register, lo in the low half: an
+// mma operand's pair, or half of an 8-byte store.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+// Eight floats (two float4) rounded to bf16, as one 16-byte store.
+__device__ __forceinline__ uint4 pack_bf16x8(float4 a, float4 b) {
+  return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+}
 
 // Four 8x8 b16 matrices; lane i gives the row address of matrix i / 8, row i % 8.
 __device__ inline void ldmatrix_x4(uint32_t r[4], const void* smem) {

@@ -182,15 +182,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       for (int i = 0; i < AC; ++i) {
         const int c = threadIdx.x + i * kThreads, r = c / CH, ch = c % CH;
         if (c >= BM * CH) continue;
-        const float4 u = areg[i][0], v = areg[i][1];
-        const __nv_bfloat162 b0 = __floats2bfloat162_rn(u.x, u.y), b1 = __floats2bfloat162_rn(u.z, u.w),
-                             b2 = __floats2bfloat162_rn(v.x, v.y), b3 = __floats2bfloat162_rn(v.z, v.w);
-        uint4 q;
-        q.x = *reinterpret_cast<const uint32_t*>(&b0);
-        q.y = *reinterpret_cast<const uint32_t*>(&b1);
-        q.z = *reinterpret_cast<const uint32_t*>(&b2);
-        q.w = *reinterpret_cast<const uint32_t*>(&b3);
-        *reinterpret_cast<uint4*>(sA + (stage * BM + r) * LDS + ch * 8) = q;
+        *reinterpret_cast<uint4*>(sA + (stage * BM + r) * LDS + ch * 8) = pack_bf16x8(areg[i][0], areg[i][1]);
       }
     }
   };
@@ -346,8 +338,7 @@ void launch_gemm(Bf16Gemm p, cudaStream_t s) {
   auto kernel = S > 1 && !p.part ? gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, true, XF>
                                  : gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF>;
   constexpr int smem = STAGES * (BM + BN) * (BK + 8) * 2;
-  // The opt-in above 48 KiB (per device, so set at every launch: one cheap driver call).
-  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  opt_in_smem(kernel, smem);
   const dim3 grid(static_cast<unsigned>(cols), static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups * (p.part ? S : 1)));
   launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, ks);
   DI_CUDA_LAUNCHED();
