@@ -11,6 +11,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -164,28 +165,21 @@ TEST(CudaHyperConnections, MixesOfARowAloneAreItsBitsInABatch) {
   EXPECT_LT(rel_err(pre, all_pre), 1e-5);
   EXPECT_LT(rel_err(post, all_post), 1e-5);
   EXPECT_LT(rel_err(comb, all_comb), 1e-5);
-  {  // 40 rows (a row per warp, staged; more than 48 KB of shared memory): rows 0..39's bits
-    const int64_t n = 40;
+  // Rows [r0, r0 + n) of x (fn as given) in one call: the bits of those rows in the call above.
+  auto same_bits = [&](int64_t r0, int64_t n, const float* f, const std::string& what) {
     Dev<float> p1(static_cast<size_t>(n * hc)), q1(p1.n), c1(static_cast<size_t>(n * hc * hc));
-    b.gpu->hc_mixes({.x = dx.p, .fn = dfn.p, .scale = dscale.p, .base = dbase.p, .pre = p1.p, .post = q1.p, .comb = c1.p,
-                     .rows = n, .hc = hc, .dim = D});
+    b.gpu->hc_mixes({.x = dx.p + r0 * hc * D, .fn = f, .scale = dscale.p, .base = dbase.p, .pre = p1.p, .post = q1.p,
+                     .comb = c1.p, .rows = n, .hc = hc, .dim = D});
     b.gpu->synchronize();
-    EXPECT_EQ(0, std::memcmp(p1.get().data(), all_pre.data(), p1.n * sizeof(float)));
-    EXPECT_EQ(0, std::memcmp(q1.get().data(), all_post.data(), q1.n * sizeof(float)));
-    EXPECT_EQ(0, std::memcmp(c1.get().data(), all_comb.data(), c1.n * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(p1.get().data(), all_pre.data() + r0 * hc, p1.n * sizeof(float))) << what;
+    EXPECT_EQ(0, std::memcmp(q1.get().data(), all_post.data() + r0 * hc, q1.n * sizeof(float))) << what;
+    EXPECT_EQ(0, std::memcmp(c1.get().data(), all_comb.data() + r0 * hc * hc, c1.n * sizeof(float))) << what;
+  };
+  same_bits(0, 40, dfn.p, "rows 0..39 (a row per warp, staged; more than 48 KB of shared memory)");
+  for (int64_t r : {int64_t{0}, int64_t{517}, R - 1}) {
+    same_bits(r, 1, dfn.p, "row " + std::to_string(r) + " staged");
+    same_bits(r, 1, dfn1.p + 1, "row " + std::to_string(r) + " unstaged");
   }
-  for (int64_t r : {int64_t{0}, int64_t{517}, R - 1})
-    for (const float* f : {static_cast<const float*>(dfn.p), static_cast<const float*>(dfn1.p + 1)}) {
-      Dev<float> p1(static_cast<size_t>(hc)), q1(static_cast<size_t>(hc)), c1(static_cast<size_t>(hc * hc));
-      b.gpu->hc_mixes({.x = dx.p + r * hc * D, .fn = f, .scale = dscale.p, .base = dbase.p, .pre = p1.p, .post = q1.p,
-                       .comb = c1.p, .rows = 1, .hc = hc, .dim = D});
-      b.gpu->synchronize();
-      const char* how = f == dfn.p ? "staged" : "unstaged";
-      EXPECT_EQ(0, std::memcmp(p1.get().data(), all_pre.data() + r * hc, static_cast<size_t>(hc) * sizeof(float))) << "row " << r << " " << how;
-      EXPECT_EQ(0, std::memcmp(q1.get().data(), all_post.data() + r * hc, static_cast<size_t>(hc) * sizeof(float))) << "row " << r << " " << how;
-      EXPECT_EQ(0, std::memcmp(c1.get().data(), all_comb.data() + r * hc * hc, static_cast<size_t>(hc * hc) * sizeof(float)))
-          << "row " << r << " " << how;
-    }
 }
 
 TEST_P(Parity, AttentionIndexerTopkRouter) {
