@@ -13,8 +13,16 @@ void Backend::grouped_matmul(const GroupedMatmulArgs& a) {
   for (int64_t e = 0; e < a.experts; ++e) {
     const int64_t r0 = off[static_cast<size_t>(e)], m = off[static_cast<size_t>(e) + 1] - r0;
     DI_CHECK(m >= 0, "grouped matmul: offsets not ascending");
-    if (m > 0) matmul({.x = a.x + r0 * a.k, .w = a.w[e], .y = a.y + r0 * a.n, .m = m, .n = a.n, .k = a.k});
+    if (m <= 0) continue;
+    matmul({.x = a.x + r0 * a.k, .w = a.w[e], .y = a.y + r0 * a.n, .m = m, .n = a.n, .k = a.k});
+    if (a.w2) matmul({.x = a.x + r0 * a.k, .w = a.w2[e], .y = a.y2 + r0 * a.n, .m = m, .n = a.n, .k = a.k});
   }
+}
+
+void Backend::multi_matmul(const MultiMatmulArgs& a) {
+  DI_CHECK(a.count >= 0 && a.count <= kMaxMatmulOuts, "multi matmul: " + std::to_string(a.count) + " outputs");
+  for (int i = 0; i < a.count; ++i)
+    matmul({.x = a.x, .w = a.outs[i].w, .y = a.outs[i].y, .m = a.m, .n = a.outs[i].n, .k = a.k});
 }
 
 #ifndef DEEPINFER_HAS_CUDA

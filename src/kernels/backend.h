@@ -62,6 +62,22 @@ struct MatmulArgs {
   int64_t x_group_stride = 0, y_group_stride = 0;  // columns between groups (groups > 1)
 };
 
+// Several products of one x in one op (the projections that read the same activations):
+// outs[i].y = x · outs[i].wᵀ, each exactly what matmul gives for it alone (a device backend
+// may run them as one launch).
+struct MatmulOut {
+  WeightView w;       // [>= n, k]
+  float* y = nullptr;  // [m, n] fp32
+  int64_t n = 0;
+};
+constexpr int kMaxMatmulOuts = 6;
+struct MultiMatmulArgs {
+  const float* x = nullptr;  // [m, k] fp32
+  int64_t m = 0, k = 0;
+  int count = 0;
+  MatmulOut outs[kMaxMatmulOuts] = {};
+};
+
 // y = w ⊙ x / sqrt(mean(x²) + eps), per row; w may be null (unweighted). In place allowed.
 struct RmsNormArgs {
   const float* x = nullptr;  // [rows, dim] fp32
@@ -326,6 +342,10 @@ struct GroupedMatmulArgs {
   const int32_t* offsets = nullptr;  // [experts + 1] in backend memory (MoePermuteArgs.offsets)
   float* y = nullptr;                // [rows, n] fp32
   int64_t rows = 0, n = 0, k = 0, experts = 0;
+  // Optional: a second product of the same rows and shape, y2 = x · w2[e]ᵀ (an expert's gate
+  // and up projections in one op), each exactly what it gives alone.
+  const WeightView* w2 = nullptr;  // [experts] like w, or null
+  float* y2 = nullptr;             // [rows, n] fp32
 };
 
 // The values of rows stored by FakeQuantArgs.codes/scales (exact), on the backend.
@@ -419,6 +439,8 @@ class Backend {
   virtual void sample_rows(const SampleRowsArgs& a) = 0;
   // Default: the offsets read back to the host, then one matmul per expert with rows.
   virtual void grouped_matmul(const GroupedMatmulArgs& a);
+  // Default: one matmul per output.
+  virtual void multi_matmul(const MultiMatmulArgs& a);
   virtual Precision precision() const { return Precision::kFloat32; }
 
   virtual void matmul(const MatmulArgs& a) = 0;

@@ -64,6 +64,7 @@ class Forwarding : public Backend {
   DI_FORWARD(moe_permute, MoePermuteArgs)
   DI_FORWARD(sample_rows, SampleRowsArgs)
   DI_FORWARD(grouped_matmul, GroupedMatmulArgs)
+  DI_FORWARD(multi_matmul, MultiMatmulArgs)
 #undef DI_FORWARD
 
  protected:

@@ -139,6 +139,15 @@ void DeepseekV41::linear(const float* x, int64_t rows, const Mat& w, float* y) {
   be_.matmul({.x = x, .w = w, .y = y, .m = rows, .n = w.rows, .k = w.cols});
 }
 
+void DeepseekV41::linears(const float* x, int64_t rows, const std::vector<std::pair<const Mat*, float*>>& outs) {
+  kernels::MultiMatmulArgs a{.x = x, .m = rows, .k = outs.front().first->cols};
+  for (const auto& [w, y] : outs) {
+    DI_CHECK(a.count < kernels::kMaxMatmulOuts && w->cols == a.k, "linears: outputs of different inputs");
+    a.outs[a.count++] = {.w = *w, .y = y, .n = w->rows};
+  }
+  be_.multi_matmul(a);
+}
+
 void DeepseekV41::rms(const float* x, const float* w, float* y, int64_t rows, int64_t dim) {
   be_.rms_norm({.x = x, .w = w, .y = y, .rows = rows, .dim = dim, .eps = static_cast<float>(cfg_.rms_norm_eps)});
 }
@@ -357,30 +366,32 @@ void DeepseekV41::attention_in(int64_t l, Scratch& s, int64_t n) {
   const float* xn = s.xn.data();
   const auto [cs, sn] = rope_of(l, s);
   // Queries through the low-rank path (qr also feeds the indexer), and the window K=V (norm,
-  // RoPE, FP8 fake quantisation: its codes and scales are what the window rings store).
+  // RoPE, FP8 fake quantisation: its codes and scales are what the window rings store). Every
+  // product of xn in one op: with those two the compressor's (KV sources) and the indexer's
+  // head weights (index sources).
   kernels::Buf<float> qr(be_, n * c.q_lora_rank);
-  linear(xn, n, A.wq_a, qr.data());
+  const bool kv_src = c.is_kv_source(l), idx_src = c.is_index_source(l);
+  std::vector<std::pair<const Mat*, float*>> of_xn = {{&A.wq_a, qr.data()}, {&A.wkv, s.kv.data()}};
+  if (kv_src) of_xn.emplace_back(&A.c_wkv, s.ckv.data());
+  if (kv_src && ratio > 1) of_xn.emplace_back(&A.c_wgate, s.cgate.data());
+  if (idx_src) of_xn.emplace_back(&A.i_weights_proj, s.iw.data());
+  linears(xn, n, of_xn);
   rms(qr.data(), A.q_norm, qr.data(), n, c.q_lora_rank);
-  linear(qr.data(), n, A.wq_b, s.q.data());
+  // The queries and the indexer's queries (index sources) from the normalised low rank.
+  if (idx_src) linears(qr.data(), n, {{&A.wq_b, s.q.data()}, {&A.i_wq_b, s.iq.data()}});
+  else linear(qr.data(), n, A.wq_b, s.q.data());
   rope_rows(s.q.data(), n, H, hd, cs, sn, false);
-  linear(xn, n, A.wkv, s.kv.data());
   rms(s.kv.data(), A.kv_norm, s.kv.data(), n, hd);
   rope_rows(s.kv.data(), n, 1, hd, cs, sn, false);
   const bool packed = hd % 32 == 0;
   be_.fake_quant({.x = s.kv.data(), .rows = n, .dim = hd, .block = 32, .kind = FakeQuant::kFp8Pow2,
                   .codes = packed ? s.kv_codes.data() : nullptr, .scales = packed ? s.kv_scales.data() : nullptr});
-  // Compressor projections (KV sources), sliced per sequence by the attention.
-  if (c.is_kv_source(l)) {
-    linear(xn, n, A.c_wkv, s.ckv.data());
-    if (ratio > 1) linear(xn, n, A.c_wgate, s.cgate.data());
-  }
-  // Indexer queries and head weights (index sources).
-  if (c.is_index_source(l)) {
+  // Indexer queries and head weights (index sources); the compressor's projections (KV
+  // sources) are sliced per sequence by the attention.
+  if (idx_src) {
     const int64_t nh = c.index_n_heads, di = c.index_head_dim;
-    linear(qr.data(), n, A.i_wq_b, s.iq.data());
     rope_rows(s.iq.data(), n, nh, di, s.cos_comp.data(), s.sin_comp.data(), false);
     be_.fake_quant({.x = s.iq.data(), .rows = n * nh, .dim = di, .block = 32, .kind = FakeQuant::kFp4Pow2});
-    linear(xn, n, A.i_weights_proj, s.iw.data());
     be_.scale({.x = s.iw.data(), .n = n * nh, .s = 1.0f / std::sqrt(static_cast<float>(nh))});
   }
 }
@@ -833,8 +844,9 @@ void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {
   const auto& c = cfg_;
   const MoeWeights& F = w_.layers[static_cast<size_t>(l)].ffn;
   const int64_t D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, I = c.moe_intermediate_size;
-  kernels::Buf<float> logits(be_, n * E);
-  linear(xn, n, F.gate, logits.data());
+  // The router's logits and the shared expert's gate and up projections in one op.
+  kernels::Buf<float> logits(be_, n * E), sg(be_, n * I), su(be_, n * I), sa(be_, n * I), so(be_, n * D);
+  linears(xn, n, {{&F.gate, logits.data()}, {&F.s_w1, sg.data()}, {&F.s_w3, su.data()}});
   kernels::Buf<int32_t> routed_ids(be_, n * K);
   kernels::Buf<float> routed_w(be_, n * K);
   int32_t* ids = routed_ids.data();
@@ -855,18 +867,13 @@ void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {
   kernels::Buf<float> xg(be_, R * D), g(be_, R * I), u(be_, R * I), a(be_, R * I), eo(be_, R * D);
   be_.gather_rows({.src = xn, .idx = perm_token.data(), .dst = xg.data(), .rows = R, .width = D});
   const float limit = static_cast<float>(c.swiglu_limit);
-  auto experts = [&](const std::vector<Mat>& w, const float* x, float* out, int64_t n_out, int64_t k) {
-    be_.grouped_matmul({.x = x, .w = w.data(), .offsets = offsets.data(), .y = out, .rows = R, .n = n_out, .k = k,
-                        .experts = E});
-  };
-  experts(F.w1, xg.data(), g.data(), I, D);
-  experts(F.w3, xg.data(), u.data(), I, D);
+  // Every expert's gate and up projections in one op, then its down projection.
+  be_.grouped_matmul({.x = xg.data(), .w = F.w1.data(), .offsets = offsets.data(), .y = g.data(), .rows = R, .n = I, .k = D,
+                      .experts = E, .w2 = F.w3.data(), .y2 = u.data()});
   be_.swiglu({.gate = g.data(), .up = u.data(), .weight = perm_w.data(), .out = a.data(), .rows = R, .inter = I, .limit = limit});
-  experts(F.w2, a.data(), eo.data(), D, I);
+  be_.grouped_matmul({.x = a.data(), .w = F.w2.data(), .offsets = offsets.data(), .y = eo.data(), .rows = R, .n = D, .k = I,
+                      .experts = E});
   // Shared expert over every row.
-  kernels::Buf<float> sg(be_, n * I), su(be_, n * I), sa(be_, n * I), so(be_, n * D);
-  linear(xn, n, F.s_w1, sg.data());
-  linear(xn, n, F.s_w3, su.data());
   be_.swiglu({.gate = sg.data(), .up = su.data(), .weight = nullptr, .out = sa.data(), .rows = n, .inter = I, .limit = limit});
   linear(sa.data(), n, F.s_w2, so.data());
   // Per token: routed outputs in ascending expert order (as the reference accumulates),

@@ -143,6 +143,8 @@ class DeepseekV41 {
   void read_rows(const std::vector<std::pair<const PackedRows*, float*>>& reads);
   void rms(const float* x, const float* w, float* y, int64_t rows, int64_t dim);
   void linear(const float* x, int64_t rows, const Mat& w, float* y);
+  // Products of one x (the projections that read the same activations), in one backend op.
+  void linears(const float* x, int64_t rows, const std::vector<std::pair<const Mat*, float*>>& outs);
 
   loader::ModelConfig cfg_;
   Weights w_;

@@ -197,6 +197,72 @@ TEST(CudaMoe, DenseBf16MatmulIsRowInvariantAndMatchesTheCpu) {
     }
 }
 
+// Several products of one x in one op (one launch in the decode tiling): each output's bits
+// are those of its own matmul, at 1, 5 and 16 rows (one launch) and 40 (one product each), and
+// within the CPU's bf16 emulation. Shapes: the released dims' products of the attention's
+// normalised input (q low rank 1280, window KV 512, compressor 512 x 2, indexer head weights
+// 64), of the low rank (queries 64 x 512, indexer queries 64 x 128), and of the FFN's input
+// (router 64, shared expert 2304 x 2).
+TEST(CudaMoe, MultiMatmulGivesEachProductItsOwnBits) {
+  auto cpu = make_cpu_backend(0, Precision::kBF16);
+  auto gpu = make_cuda_backend(0, Precision::kBF16);
+  struct Case {
+    int64_t k;
+    std::vector<int64_t> ns;
+  };
+  for (const Case& c : {Case{5120, {1280, 512, 512, 512, 64}}, Case{1280, {32768, 8192}}, Case{5120, {64, 2304, 2304}}})
+    for (int64_t m : {1, 5, 16, 40}) {
+      const auto x = randn(static_cast<size_t>(m * c.k), 600 + static_cast<uint32_t>(m));
+      Dev<float> dx(x);
+      std::vector<std::unique_ptr<Experts>> w;
+      std::vector<std::unique_ptr<Dev<float>>> dy;
+      MultiMatmulArgs a{.x = dx.p, .m = m, .k = c.k};
+      for (int64_t n : c.ns) {
+        w.push_back(std::make_unique<Experts>(1, n, c.k, 700 + static_cast<uint32_t>(a.count)));
+        dy.push_back(std::make_unique<Dev<float>>(static_cast<size_t>(m * n)));
+        a.outs[a.count++] = {.w = w.back()->dv[0], .y = dy.back()->p, .n = n};
+      }
+      gpu->multi_matmul(a);
+      for (size_t i = 0; i < c.ns.size(); ++i) {
+        const int64_t n = c.ns[i];
+        Dev<float> alone(static_cast<size_t>(m * n));
+        gpu->matmul({.x = dx.p, .w = w[i]->dv[0], .y = alone.p, .m = m, .n = n, .k = c.k});
+        gpu->synchronize();
+        const auto got = dy[i]->get();
+        EXPECT_EQ(std::memcmp(got.data(), alone.get().data(), got.size() * 4), 0)
+            << "k " << c.k << ", output " << i << " (n " << n << "), " << m << " rows";
+        std::vector<float> ref(static_cast<size_t>(m * n));
+        cpu->matmul({.x = x.data(), .w = w[i]->hv[0], .y = ref.data(), .m = m, .n = n, .k = c.k});
+        EXPECT_LT(rel_err(ref, got), 2e-5) << "k " << c.k << ", output " << i << ", " << m << " rows";
+      }
+    }
+}
+
+// An expert's gate and up projections in one op (one launch): each the bits of its own grouped
+// product, at one token (the decode tiling) and 200.
+TEST(CudaMoe, GroupedPairGivesEachProductItsOwnBits) {
+  auto gpu = make_cuda_backend(0, Precision::kBF16);
+  const int64_t E = 64, K = 6, n = 2304, k = 5120;
+  Experts gate(E, n, k, 800), up(E, n, k, 900);
+  for (int64_t tokens : {1, 200}) {
+    const auto off = offsets_of(tokens, K, E, static_cast<uint32_t>(tokens + 5));
+    const int64_t rows = tokens * K;
+    Dev<float> dx(randn(static_cast<size_t>(rows * k), 12));
+    Dev<int32_t> doff(off);
+    Dev<float> g(static_cast<size_t>(rows * n)), u(static_cast<size_t>(rows * n)), g1(static_cast<size_t>(rows * n)),
+        u1(static_cast<size_t>(rows * n));
+    gpu->grouped_matmul({.x = dx.p, .w = gate.dv.data(), .offsets = doff.p, .y = g.p, .rows = rows, .n = n, .k = k,
+                         .experts = E, .w2 = up.dv.data(), .y2 = u.p});
+    gpu->grouped_matmul({.x = dx.p, .w = gate.dv.data(), .offsets = doff.p, .y = g1.p, .rows = rows, .n = n, .k = k, .experts = E});
+    gpu->grouped_matmul({.x = dx.p, .w = up.dv.data(), .offsets = doff.p, .y = u1.p, .rows = rows, .n = n, .k = k, .experts = E});
+    gpu->synchronize();
+    const auto a = g.get(), b = u.get();
+    EXPECT_EQ(std::memcmp(a.data(), g1.get().data(), a.size() * 4), 0) << "gate, " << tokens << " tokens";
+    EXPECT_EQ(std::memcmp(b.data(), u1.get().data(), b.size() * 4), 0) << "up, " << tokens << " tokens";
+    EXPECT_NE(std::memcmp(a.data(), b.data(), a.size() * 4), 0);  // two products, not one twice
+  }
+}
+
 TEST(CudaMoe, GroupedMatmulAnyFormatMatchesTheCpu) {
   // Weights not stored as bf16 (and float32 precision): float32 math on the device, any format.
   const int64_t E = 8, K = 2, tokens = 7, n = 32, k = 96, rows = tokens * K;

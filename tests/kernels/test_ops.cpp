@@ -270,6 +270,34 @@ TEST(Ops, GroupedMatmulIsAMatmulPerExpert) {
                "not ascending");
 }
 
+TEST(Ops, MultiMatmulAndGroupedPairsAreTheirProducts) {
+  auto be = kernels::make_cpu_backend(2);
+  const int64_t rows = 5, k = 16;
+  const auto x = randn(rows * k, 7), wa = randn(3 * k, 8), wb = randn(6 * k, 9);
+  const kernels::WeightView va = kernels::WeightView::f32(wa.data(), 3, k), vb = kernels::WeightView::f32(wb.data(), 6, k);
+  std::vector<float> ya(rows * 3, -1.0f), yb(rows * 6, -1.0f), ra(rows * 3), rb(rows * 6);
+  kernels::MultiMatmulArgs m{.x = x.data(), .m = rows, .k = k, .count = 2};
+  m.outs[0] = {.w = va, .y = ya.data(), .n = 3};
+  m.outs[1] = {.w = vb, .y = yb.data(), .n = 6};
+  be->multi_matmul(m);
+  be->matmul({.x = x.data(), .w = va, .y = ra.data(), .m = rows, .n = 3, .k = k});
+  be->matmul({.x = x.data(), .w = vb, .y = rb.data(), .m = rows, .n = 6, .k = k});
+  EXPECT_EQ(ya, ra);
+  EXPECT_EQ(yb, rb);
+  m.count = kernels::kMaxMatmulOuts + 1;
+  EXPECT_DEATH(be->multi_matmul(m), "outputs");
+  // A grouped pair: the second product with the same offsets.
+  const std::vector<kernels::WeightView> w1 = {va, va}, w2 = {vb, vb};  // [3, k] of each (vb's first rows)
+  const std::vector<int32_t> off = {0, 2, 5};
+  std::vector<float> g(rows * 3, -1.0f), u(rows * 3, -1.0f), rg(rows * 3), ru(rows * 3);
+  be->grouped_matmul({.x = x.data(), .w = w1.data(), .offsets = off.data(), .y = g.data(), .rows = rows, .n = 3, .k = k,
+                      .experts = 2, .w2 = w2.data(), .y2 = u.data()});
+  be->matmul({.x = x.data(), .w = va, .y = rg.data(), .m = rows, .n = 3, .k = k});
+  be->matmul({.x = x.data(), .w = vb, .y = ru.data(), .m = rows, .n = 3, .k = k});
+  EXPECT_EQ(g, rg);
+  EXPECT_EQ(u, ru);
+}
+
 TEST(Ops, SwigluClamps) {
   auto be = kernels::make_cpu_backend(1);
   std::vector<float> g = {20.0f, -3.0f}, u = {50.0f, -50.0f}, wt = {2.0f}, out(2);

@@ -180,27 +180,63 @@ class CudaBackend final : public Backend {
   void moe_permute(const MoePermuteArgs& a) override { cuda::moe_permute(a, stream_); }
   // Every expert in one launch, the offsets read on the device (no host round trip): bf16
   // tensor cores when every expert is stored as bf16, else float32 math from any format.
+  // With a second product (w2, y2): both in one launch on the tensor cores (x rounded once).
   void grouped_matmul(const GroupedMatmulArgs& a) override {
     if (a.rows == 0) return;
     bool tensor_cores = precision_ == Precision::kBF16 && cuda::gemm_bf16_fits(a.n, a.k);
-    for (int64_t e = 0; e < a.experts; ++e) {
-      const WeightView& v = a.w[e];
-      if (v.rows < a.n || v.cols != a.k) {
-        std::fprintf(stderr, "deepinfer: grouped matmul: expert %lld is [%lld, %lld], not [>= %lld, %lld]\n",
-                     static_cast<long long>(e), static_cast<long long>(v.rows), static_cast<long long>(v.cols),
-                     static_cast<long long>(a.n), static_cast<long long>(a.k));
-        std::abort();
+    for (const WeightView* w : {a.w, a.w2}) {
+      if (!w) continue;
+      for (int64_t e = 0; e < a.experts; ++e) {
+        const WeightView& v = w[e];
+        if (v.rows < a.n || v.cols != a.k) {
+          std::fprintf(stderr, "deepinfer: grouped matmul: expert %lld is [%lld, %lld], not [>= %lld, %lld]\n",
+                       static_cast<long long>(e), static_cast<long long>(v.rows), static_cast<long long>(v.cols),
+                       static_cast<long long>(a.n), static_cast<long long>(a.k));
+          std::abort();
+        }
+        tensor_cores = tensor_cores && v.format == WeightFormat::kBF16 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
       }
-      tensor_cores = tensor_cores && v.format == WeightFormat::kBF16 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
     }
-    const WeightView* table = expert_table(a);
-    if (!tensor_cores)
-      return cuda::grouped_gemm_any(a.x, table, a.offsets, a.y, a.rows, a.n, a.k, a.experts,
-                                    precision_ == Precision::kBF16, stream_);
+    const WeightView* table = expert_table(a.w, a.experts);
+    const WeightView* table2 = a.w2 ? expert_table(a.w2, a.experts) : nullptr;
+    if (!tensor_cores) {
+      cuda::grouped_gemm_any(a.x, table, a.offsets, a.y, a.rows, a.n, a.k, a.experts, precision_ == Precision::kBF16,
+                             stream_);
+      if (table2)
+        cuda::grouped_gemm_any(a.x, table2, a.offsets, a.y2, a.rows, a.n, a.k, a.experts,
+                               precision_ == Precision::kBF16, stream_);
+      return;
+    }
     cuda::Bf16Gemm p{.ldx = a.k, .w_table = table, .offsets = a.offsets, .y = a.y, .ldy = a.n,
                      .m = static_cast<int>(a.rows), .n = static_cast<int>(a.n), .k = static_cast<int>(a.k),
                      .experts = static_cast<int>(a.experts)};
+    if (table2) {
+      p.parts = 2;
+      p.part_list[0] = {.w_table = table, .y = a.y, .ldy = a.n, .n = static_cast<int>(a.n)};
+      p.part_list[1] = {.w_table = table2, .y = a.y2, .ldy = a.n, .n = static_cast<int>(a.n)};
+    }
     gemm_bf16_from(p, a.x, a.rows, a.k, a.k);
+  }
+  // One launch when every output takes the bf16 decode tiling, else one product each.
+  void multi_matmul(const MultiMatmulArgs& a) override {
+    if (a.count < 0 || a.count > kMaxMatmulOuts) {
+      std::fprintf(stderr, "deepinfer: multi matmul: %d outputs\n", a.count);
+      std::abort();
+    }
+    cuda::Bf16Gemm p{.ldx = a.k, .m = static_cast<int>(a.m), .k = static_cast<int>(a.k), .counters = gemm_counters_,
+                     .parts = a.count};
+    bool one = precision_ == Precision::kBF16 && a.count > 1 && a.m > 0;
+    for (int i = 0; i < a.count && one; ++i) {
+      const MatmulOut& o = a.outs[i];
+      one = o.w.format == WeightFormat::kBF16 && o.w.rows >= o.n && o.w.cols == a.k &&
+            reinterpret_cast<uintptr_t>(o.w.data) % 16 == 0 && reinterpret_cast<uintptr_t>(o.y) % 8 == 0;
+      p.part_list[i] = {.w_dense = static_cast<const __nv_bfloat16*>(o.w.data), .y = o.y, .ldy = o.n,
+                        .n = static_cast<int>(o.n)};
+    }
+    if (!one || !cuda::gemm_bf16_parts_fit(p) || !cuda::gemm_bf16_takes_f32(p) ||
+        reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || a.k % 4 != 0)
+      return Backend::multi_matmul(a);
+    gemm_bf16_from(p, a.x, a.m, a.k, a.k);
   }
   void hc_mixes(const HcMixesArgs& a) override {
     if (a.rows == 0) return;
@@ -388,17 +424,17 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // The device copy of an expert weight table (the views a.w[0 .. experts)), kept per host
+  // The device copy of an expert weight table (the views w[0 .. experts)), kept per host
   // array and refreshed when its contents change.
-  const WeightView* expert_table(const GroupedMatmulArgs& a) {
-    ExpertTable& t = tables_[a.w];
+  const WeightView* expert_table(const WeightView* w, int64_t experts) {
+    ExpertTable& t = tables_[w];
     const auto same = [](const WeightView& x, const WeightView& y) {
       return x.format == y.format && x.data == y.data && x.scale == y.scale && x.rows == y.rows && x.cols == y.cols;
     };
-    if (!std::equal(a.w, a.w + a.experts, t.views.begin(), t.views.end(), same)) {
+    if (!std::equal(w, w + experts, t.views.begin(), t.views.end(), same)) {
       release(t.dev);
-      t.views.assign(a.w, a.w + a.experts);
-      const int64_t bytes = a.experts * static_cast<int64_t>(sizeof(WeightView));
+      t.views.assign(w, w + experts);
+      const int64_t bytes = experts * static_cast<int64_t>(sizeof(WeightView));
       t.dev = alloc(bytes);
       upload(t.dev, t.views.data(), bytes);
     }

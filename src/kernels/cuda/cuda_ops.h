@@ -55,6 +55,22 @@ void moe_permute(const MoePermuteArgs& a, cudaStream_t s);
 // one weight, `groups` strided problems on grid z) or grouped by expert (offsets as
 // MoePermuteArgs.offsets, w_table a device copy of the experts' bf16 views). Needs
 // gemm_bf16_fits(n, k), 16-byte aligned rows (ldx, strides multiples of 8) and even ldy.
+// One of several products in one launch: the same x (rows, k), its own weights (dense, or an
+// expert table when grouped), output and columns; the parts' column tiles follow each other
+// along grid x. Each part's k segments are the ones it has alone (gemm_split.h), so its bits
+// are the same as in a launch of its own.
+struct Bf16Part {
+  const __nv_bfloat16* w_dense = nullptr;  // [n, k]
+  const WeightView* w_table = nullptr;     // grouped: [experts] (device)
+  float* y = nullptr;                      // [m, ldy]
+  int64_t ldy = 0;
+  int n = 0;
+  // Set by gemm_bf16: the k segment length, the first grid-x index and tile counter, and the
+  // partial sums' offset in Bf16Gemm::part.
+  int ks = 0, unit0 = 0, counter0 = 0;
+  int64_t part_off = 0;
+};
+constexpr int kMaxBf16Parts = 6;
 struct Bf16Gemm {
   const __nv_bfloat16* x = nullptr;  // [m, ldx] bf16, or
   const float* x_f32 = nullptr;      // [m, ldx] float32 (rounded in the kernel; see gemm_bf16_takes_f32;
@@ -72,6 +88,10 @@ struct Bf16Gemm {
   // zeroed. Null: the segments are folded in registers (same bits).
   float* part = nullptr;
   int* counters = nullptr;
+  // Several products of this x in one launch (parts > 0: w_dense, w_table, y, ldy and n above
+  // are unused; groups 1; dense parts only in the decode tiling, see gemm_bf16_parts_fit).
+  int parts = 0;
+  Bf16Part part_list[kMaxBf16Parts] = {};
 };
 // Zeroed tile counters a launch leaves zeroed: the split products' and hc_mixes' row groups
 // (ops on one stream share one buffer).
@@ -82,6 +102,9 @@ int gemm_bf16_split(const Bf16Gemm& p);
 // Whether the launch reads x as float32 (x_f32, 16-byte aligned rows and group strides): dense
 // products in the decode tiling (at most 16 rows, k a multiple of 128).
 bool gemm_bf16_takes_f32(const Bf16Gemm& p);
+// Whether p's parts can share one launch: grouped ones always, dense ones at most 16 rows with k
+// a multiple of 128 (the split decode tiling), within the tile counters.
+bool gemm_bf16_parts_fit(const Bf16Gemm& p);
 // Floats of partial sums the launch uses when p.part is given (0: no split, or one that folds
 // in registers: many rows, or more tiles than counters).
 int64_t gemm_bf16_workspace(const Bf16Gemm& p);

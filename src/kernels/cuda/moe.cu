@@ -134,12 +134,46 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][LDS]
   __nv_bfloat16* sB = sA + STAGES * BM * LDS;                        // [STAGES][BN][LDS]
   __shared__ int s_e, s_row0, s_rows;
-  const int K = p.k, N = p.n;
+  const int K = p.k;
+  // The block's product and column tile: one part of a multi-product launch (grid x runs over
+  // the parts' column tiles x k segments), or the launch's one product (grid x its column
+  // tiles; grid z its groups, times its k segments when split).
+  int N = p.n, S = (K + ks - 1) / ks, g = 0, seg = 0, tx = static_cast<int>(blockIdx.x);
   const __nv_bfloat16* Wb = p.w_dense;
+  const WeightView* table = p.w_table;
+  float* Yb = p.y;
+  int64_t ldy = p.ldy, counter_at = 0;
+  float* ws = p.part;
+  bool split = p.part != nullptr;
+  if (p.parts > 0) {
+#pragma unroll
+    for (int i = 0; i < kMaxBf16Parts; ++i) {
+      const Bf16Part& q = p.part_list[i];  // constant indices: read from the parameters in place
+      if (i >= p.parts || static_cast<int>(blockIdx.x) < q.unit0) continue;
+      N = q.n;
+      ks = q.ks;
+      Wb = q.w_dense;
+      table = q.w_table;
+      Yb = q.y;
+      ldy = q.ldy;
+      ws = p.part + q.part_off;
+      S = (K + ks - 1) / ks;
+      tx = (static_cast<int>(blockIdx.x) - q.unit0) / S;
+      seg = (static_cast<int>(blockIdx.x) - q.unit0) % S;
+      counter_at = q.counter0 + static_cast<int64_t>(blockIdx.y) * ((N + BN - 1) / BN) + tx;
+    }
+    split = S > 1;
+  } else if (split) {
+    g = static_cast<int>(blockIdx.z) / S;
+    seg = static_cast<int>(blockIdx.z) % S;
+    counter_at = (static_cast<int64_t>(g) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  } else {
+    g = static_cast<int>(blockIdx.z);
+  }
   if (p.offsets) {
     DI_PDL_WAIT();
     if (!find_tile<BM>(p.offsets, p.experts, static_cast<int>(blockIdx.y), &s_e, &s_row0, &s_rows)) return;
-    Wb = static_cast<const __nv_bfloat16*>(p.w_table[s_e].data);
+    Wb = static_cast<const __nv_bfloat16*>(table[s_e].data);
   } else {
     if (threadIdx.x == 0) {
       s_row0 = static_cast<int>(blockIdx.y) * BM;
@@ -147,17 +181,13 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
     }
     __syncthreads();
   }
-  const int S = (p.k + ks - 1) / ks;  // k segments
-  const bool split = p.part != nullptr;
-  const int g = split ? static_cast<int>(blockIdx.z) / S : static_cast<int>(blockIdx.z);
-  const int seg = split ? static_cast<int>(blockIdx.z) % S : 0;
-  const int n0 = static_cast<int>(blockIdx.x) * BN;
+  const int n0 = tx * BN;
   const int rows = s_rows, ncols = min(BN, N - n0), row0 = s_row0;
   const int64_t a_off = static_cast<int64_t>(row0) * p.ldx + g * p.x_group_stride;
   const __nv_bfloat16* A = XF ? nullptr : p.x + a_off;
   const float* AF = XF ? p.x_f32 + a_off : nullptr;
   const __nv_bfloat16* B = Wb + g * p.w_group_stride + static_cast<int64_t>(n0) * K;
-  float* Y = p.y + static_cast<int64_t>(row0) * p.ldy + g * p.y_group_stride + n0;
+  float* Y = Yb + static_cast<int64_t>(row0) * ldy + g * p.y_group_stride + n0;
   const int SEG = ks / BK;  // slices per segment
   const int kt0 = split ? seg * SEG : 0, kt1 = split ? min(K / BK, kt0 + SEG) : K / BK, KT = kt1 - kt0;
   // XF: this thread's 8-element chunks of a slice of x (rows past the tile's: zeros).
@@ -296,7 +326,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   };
   if (!split) {
     each([&](int r, int col, const float* v) {
-      *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * p.ldy + col) = make_float2(v[0], v[1]);
+      *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * ldy + col) = make_float2(v[0], v[1]);
     });
     return;
   }
@@ -304,13 +334,13 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   // finish adds the S partial sums in segment order (whichever block that is) and resets the
   // tile's counter for the next launch.
   auto part_at = [&](int sg, int r, int col) {
-    return p.part + ((static_cast<int64_t>(g) * S + sg) * p.m + row0 + r) * N + n0 + col;
+    return ws + ((static_cast<int64_t>(g) * S + sg) * p.m + row0 + r) * N + n0 + col;
   };
   each([&](int r, int col, const float* v) { *reinterpret_cast<float2*>(part_at(seg, r, col)) = make_float2(v[0], v[1]); });
   __threadfence();
   __syncthreads();
   __shared__ bool s_last;
-  int* counter = p.counters + (static_cast<int64_t>(g) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  int* counter = p.counters + counter_at;
   if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == S - 1;
   __syncthreads();
   if (!s_last) return;
@@ -322,22 +352,55 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       sum.x += v.x;
       sum.y += v.y;
     }
-    *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * p.ldy + col) = sum;
+    *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * ldy + col) = sum;
   });
   if (threadIdx.x == 0) *counter = 0;
 }
 
+// The parts' k segments, first units (column tiles of BN x segments), tile counters (row tiles
+// of BM) and partial-sum offsets; returns the workspace's floats, -1 past the tile counters.
+// Only dense parts split, always in the decode tiling (BM 16, BN 64).
+int64_t lay_out_parts(Bf16Gemm& p, int64_t BM = 16, int64_t BN = 64) {
+  const int64_t tiles = ceil_div(p.m, BM) + (p.offsets ? std::min<int64_t>(p.experts, p.m) : 0);
+  int64_t unit = 0, counter = 0, off = 0;
+  for (int i = 0; i < p.parts; ++i) {
+    Bf16Part& q = p.part_list[i];
+    q.ks = static_cast<int>(gemm_split_len(q.n, p.k, 1, p.offsets != nullptr));
+    const int64_t S = ceil_div(p.k, q.ks), cols = ceil_div(q.n, BN);
+    q.unit0 = static_cast<int>(unit);
+    q.counter0 = static_cast<int>(counter);
+    q.part_off = off;
+    unit += cols * S;
+    if (S > 1) {
+      counter += tiles * cols;
+      off += S * static_cast<int64_t>(p.m) * q.n;
+    }
+  }
+  return p.counters || off == 0 ? (counter <= kGemmCounters ? off : -1) : -1;
+}
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool XF = false>
 void launch_gemm(Bf16Gemm p, cudaStream_t s) {
-  const int ks = gemm_bf16_split(p), S = static_cast<int>(ceil_div(p.k, ks));
   // Grouped: at most ceil(rows / BM) + min(experts, rows) tiles (every expert with rows may end
   // on a partial tile, and at most `rows` experts have any): at one token 7 row tiles, not 65,
   // so the launch is not mostly blocks that find no tile.
-  const int64_t tiles = ceil_div(p.m, BM) + (p.offsets ? std::min<int64_t>(p.experts, p.m) : 0), cols = ceil_div(p.n, BN);
+  const int64_t tiles = ceil_div(p.m, BM) + (p.offsets ? std::min<int64_t>(p.experts, p.m) : 0);
+  constexpr int smem = STAGES * (BM + BN) * (BK + 8) * 2;
+  if (p.parts > 0) {  // grid x covers every part's units; no folding
+    lay_out_parts(p, BM, BN);
+    const Bf16Part& last = p.part_list[p.parts - 1];
+    const int64_t units = last.unit0 + ceil_div(last.n, BN) * ceil_div(p.k, last.ks);
+    auto kernel = gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF>;
+    opt_in_smem(kernel, smem);
+    const dim3 grid(static_cast<unsigned>(units), static_cast<unsigned>(tiles), 1);
+    launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, static_cast<int>(p.k));
+    DI_CUDA_LAUNCHED();
+    return;
+  }
+  const int ks = gemm_bf16_split(p), S = static_cast<int>(ceil_div(p.k, ks));
+  const int64_t cols = ceil_div(p.n, BN);
   if (S == 1 || tiles * cols * p.groups > kGemmCounters || !p.counters) p.part = nullptr;
   auto kernel = S > 1 && !p.part ? gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, true, XF>
                                  : gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF>;
-  constexpr int smem = STAGES * (BM + BN) * (BK + 8) * 2;
   opt_in_smem(kernel, smem);
   const dim3 grid(static_cast<unsigned>(cols), static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups * (p.part ? S : 1)));
   launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, ks);
@@ -421,7 +484,20 @@ int gemm_bf16_split(const Bf16Gemm& p) {
   return static_cast<int>(gemm_split_len(p.n, p.k, p.groups, p.offsets != nullptr));
 }
 
+bool gemm_bf16_parts_fit(const Bf16Gemm& p) {
+  if (p.parts < 1 || p.parts > kMaxBf16Parts || p.groups != 1) return false;
+  for (int i = 0; i < p.parts; ++i)
+    if (!gemm_bf16_fits(p.part_list[i].n, p.k) || p.part_list[i].ldy % 2 != 0) return false;
+  if (!p.offsets && (p.m > 16 || p.k % 128 != 0)) return false;
+  Bf16Gemm q = p;
+  return lay_out_parts(q) >= 0;
+}
+
 int64_t gemm_bf16_workspace(const Bf16Gemm& p) {
+  if (p.parts > 0) {
+    Bf16Gemm q = p;
+    return std::max<int64_t>(lay_out_parts(q), 0);
+  }
   const int64_t S = ceil_div(p.k, gemm_bf16_split(p));
   return S > 1 && rows_per_tile(p) <= kSplitRowsMax ? S * p.groups * static_cast<int64_t>(p.m) * p.n : 0;
 }
@@ -430,7 +506,16 @@ int64_t gemm_bf16_workspace(const Bf16Gemm& p) {
 // latency (waited for once per slice) made the experts 10% slower at one token.
 bool gemm_bf16_takes_f32(const Bf16Gemm& p) { return !p.offsets && rows_per_tile(p) <= 16 && p.k % 128 == 0; }
 
-void gemm_bf16(const Bf16Gemm& p, cudaStream_t s) {
+void gemm_bf16(const Bf16Gemm& pin, cudaStream_t s) {
+  Bf16Gemm p = pin;
+  if (p.parts > 0) {
+    if (!gemm_bf16_parts_fit(p) || (lay_out_parts(p) > 0 && !p.part)) {
+      std::fprintf(stderr, "deepinfer: gemm_bf16: %d products do not fit one launch\n", p.parts);
+      std::abort();
+    }
+    if (p.m == 0) return;
+    p.n = p.part_list[0].n;  // the tiling below reads only rows, k and the grouping
+  }
   if (p.m == 0 || p.n == 0) return;
   if (p.x_f32 && !gemm_bf16_takes_f32(p)) {
     std::fprintf(stderr, "deepinfer: gemm_bf16 reads float32 x only in its decode tiling\n");
