@@ -197,6 +197,40 @@ TEST(CudaMoe, DenseBf16MatmulIsRowInvariantAndMatchesTheCpu) {
     }
 }
 
+// The decode tiling (at most 16 rows; float32 x rounded in the kernel; k segments on blocks of
+// their own, partial sums added by each tile's last block) against the wider tiling at 40 rows
+// (64 x 128 tiles, bf16 x): the same bits, row by row. Shapes: a wide product (not split),
+// wo_a's 8 groups (split), a product of one k slice group.
+TEST(CudaMoe, DecodeProductHasTheBitsOfTheWiderTiling) {
+  auto cpu = make_cpu_backend(0, Precision::kBF16);
+  auto gpu = make_cuda_backend(0, Precision::kBF16);
+  struct Shape {
+    int64_t n, k, G;
+  };
+  for (const Shape sh : {Shape{25344, 5120, 1}, Shape{1024, 4096, 8}, Shape{640, 512, 1}}) {
+    const int64_t n = sh.n, k = sh.k, G = sh.G, rows = 40;
+    Experts w(1, G * n, k, 40);
+    const auto x = randn(static_cast<size_t>(rows * G * k), 41);
+    Dev<float> dx(x);
+    auto run = [&](int64_t m) {
+      Dev<float> dy(static_cast<size_t>(m * G * n));
+      gpu->matmul({.x = dx.p, .w = w.dv[0], .y = dy.p, .m = m, .n = n, .k = k, .groups = G, .x_group_stride = k,
+                   .y_group_stride = n});
+      gpu->synchronize();
+      return dy.get();
+    };
+    const auto all = run(rows);
+    std::vector<float> ref(all.size());
+    cpu->matmul({.x = x.data(), .w = w.hv[0], .y = ref.data(), .m = rows, .n = n, .k = k, .groups = G, .x_group_stride = k,
+                 .y_group_stride = n});
+    EXPECT_LT(rel_err(ref, all), 2e-5) << "n " << n << " k " << k;
+    for (int64_t m : {1, 3, 16}) {
+      const auto got = run(m);
+      EXPECT_EQ(std::memcmp(got.data(), all.data(), got.size() * 4), 0) << "n " << n << " k " << k << ": " << m << " rows";
+    }
+  }
+}
+
 // Several products of one x in one op (one launch in the decode tiling): each output's bits
 // are those of its own matmul, at 1, 5 and 16 rows (one launch) and 40 (one product each), and
 // within the CPU's bf16 emulation. Shapes: the released dims' products of the attention's

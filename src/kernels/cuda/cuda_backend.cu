@@ -121,7 +121,7 @@ class CudaBackend final : public Backend {
     return static_cast<T*>(alloc(count * static_cast<int64_t>(sizeof(T))));
   }
   // The bytes are copied into the pinned ring at once (src may be reused when this returns),
-  // then copied to the device in stream order. A full ring waits for the stream, then restarts
+  // then to the device in stream order. A full ring waits for the stream, then restarts
   // at 0 (grown first when this one upload is larger than the whole ring).
   void upload(void* dst, const void* src, int64_t bytes) override {
     check_size(bytes, "upload");
@@ -140,7 +140,11 @@ class CudaBackend final : public Backend {
     }
     uint8_t* stage = staging_ + staging_off_;
     std::memcpy(stage, src, n);
-    DI_CUDA_CHECK(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, stream_));
+    // Small uploads by a kernel reading the pinned ring: it joins the programmatic launch chain
+    // (measured: batch-1 decode 6.73 -> 6.64 ms, batch 64 34.6 -> 33.9 ms, about 8 uploads per
+    // layer); larger ones by the copy engine.
+    if (n <= kKernelUploadMax) cuda::host_copy(dst, stage, bytes, stream_);
+    else DI_CUDA_CHECK(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, stream_));
     staging_off_ += (n + 255) & ~size_t{255};  // keep every staged copy 256-byte aligned
   }
   void download(void* dst, const void* src, int64_t bytes) override {
@@ -508,6 +512,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<size_t, std::vector<void*>> free_;  // by class size
   std::unordered_map<void*, size_t> cached_;
   static constexpr size_t kStagingInitial = size_t{8} << 20;  // 8 MiB, grown on demand
+  static constexpr size_t kKernelUploadMax = size_t{64} << 10;  // uploads read by a kernel up to here
   static void check_size(int64_t bytes, const char* what) {
     if (bytes < 0) {
       std::fprintf(stderr, "deepinfer: CUDA %s of a negative size (%lld bytes)\n", what, static_cast<long long>(bytes));

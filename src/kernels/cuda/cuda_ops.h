@@ -45,6 +45,9 @@ void dequant_packed(const DequantPackedArgs& a, cudaStream_t s);
 // into bf16 (exact for bf16/FP8/FP4 storage); seeded random fills.
 void to_bf16(const float* x, int64_t m, int64_t mp, int64_t k, int64_t ldx, void* out, cudaStream_t s);
 void dequant_bf16(const WeightView& w, int64_t row0, int64_t n, void* out, cudaStream_t s);
+// dst (device) = n bytes of src, pinned host memory the device reads directly (a kernel, so it
+// joins the programmatic launch chain, where a copy-engine transfer would not).
+void host_copy(void* dst, const void* src, int64_t n, cudaStream_t s);
 void fill_random(const RandomFillArgs& a, cudaStream_t s);
 void copy_batch(const CopyBatchArgs& a, cudaStream_t s);
 void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s);

@@ -42,6 +42,20 @@ __global__ void to_bf16_k(const float* x, int64_t m, int64_t mp, int64_t k, int6
   out[i] = r < m ? __float2bfloat16_rn(x[r * ldx + i % k]) : __float2bfloat16_rn(0.0f);
 }
 
+// dst[0, n) = src[0, n), src in mapped pinned host memory: 16-byte chunks when both are aligned.
+__global__ void host_copy_k(void* dst, const void* src, int64_t n) {
+  DI_PDL_ENTRY();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) % 16 == 0) {
+    if (i < n / 16) reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    const int64_t tail = n / 16 * 16 + i;
+    if (i < n % 16) static_cast<uint8_t*>(dst)[tail] = static_cast<const uint8_t*>(src)[tail];
+  } else {
+    for (int64_t j = i; j < n; j += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      static_cast<uint8_t*>(dst)[j] = static_cast<const uint8_t*>(src)[j];
+  }
+}
+
 __global__ void dequant_bf16_k(WeightView w, int64_t row0, int64_t n, __nv_bfloat16* out) {
   DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -76,6 +90,12 @@ __global__ void fill_random_k(RandomFillArgs a) {
 void to_bf16(const float* x, int64_t m, int64_t mp, int64_t k, int64_t ldx, void* out, cudaStream_t s) {
   if (mp * k == 0) return;
   launch_k(to_bf16_k, grid(mp * k), kThreads, 0, s, x, m, mp, k, ldx, static_cast<__nv_bfloat16*>(out));
+  DI_CUDA_LAUNCHED();
+}
+
+void host_copy(void* dst, const void* src, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  launch_k(host_copy_k, grid(std::max<int64_t>(n / 16, 1)), kThreads, 0, s, dst, src, n);
   DI_CUDA_LAUNCHED();
 }
 
