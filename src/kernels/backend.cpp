@@ -19,6 +19,16 @@ void Backend::grouped_matmul(const GroupedMatmulArgs& a) {
   }
 }
 
+void Backend::indexer_scores_batch(const OpBatch<IndexerScoreArgs>& b) {
+  for (int64_t i = 0; i < b.n; ++i) indexer_scores(b.items[i]);
+}
+void Backend::candidate_blocks_batch(const OpBatch<CandidateBlocksArgs>& b) {
+  for (int64_t i = 0; i < b.n; ++i) candidate_blocks(b.items[i]);
+}
+void Backend::topk_mask_batch(const OpBatch<TopkMaskArgs>& b) {
+  for (int64_t i = 0; i < b.n; ++i) topk_mask(b.items[i]);
+}
+
 void Backend::multi_matmul(const MultiMatmulArgs& a) {
   DI_CHECK(a.count >= 0 && a.count <= kMaxMatmulOuts, "multi matmul: " + std::to_string(a.count) + " outputs");
   for (int i = 0; i < a.count; ++i)

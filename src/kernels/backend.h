@@ -348,6 +348,15 @@ struct GroupedMatmulArgs {
   float* y2 = nullptr;             // [rows, n] fp32
 };
 
+// Several independent calls of one op in one (e.g. one sequence each): items[i] is what the
+// op would be given alone, and the result is the same as n separate calls. `items` is a host
+// array (the descriptors; the pointers in them are backend memory).
+template <class Args>
+struct OpBatch {
+  const Args* items = nullptr;
+  int64_t n = 0;
+};
+
 // The values of rows stored by FakeQuantArgs.codes/scales (exact), on the backend.
 struct DequantPackedArgs {
   FakeQuant kind = FakeQuant::kFp8Pow2;
@@ -441,6 +450,10 @@ class Backend {
   virtual void grouped_matmul(const GroupedMatmulArgs& a);
   // Default: one matmul per output.
   virtual void multi_matmul(const MultiMatmulArgs& a);
+  // The indexer's ops over several sequences at once (default: one call per item).
+  virtual void indexer_scores_batch(const OpBatch<IndexerScoreArgs>& b);
+  virtual void candidate_blocks_batch(const OpBatch<CandidateBlocksArgs>& b);
+  virtual void topk_mask_batch(const OpBatch<TopkMaskArgs>& b);
   virtual Precision precision() const { return Precision::kFloat32; }
 
   virtual void matmul(const MatmulArgs& a) = 0;

@@ -66,6 +66,16 @@ class Forwarding : public Backend {
   DI_FORWARD(grouped_matmul, GroupedMatmulArgs)
   DI_FORWARD(multi_matmul, MultiMatmulArgs)
 #undef DI_FORWARD
+// A batch's items are copied too (the array is the caller's).
+#define DI_FORWARD_BATCH(op, Args)                                                            \
+  void op(const OpBatch<Args>& b) override {                                                \
+    std::vector<Args> items(b.items, b.items + b.n);                                        \
+    around(#op, [this, items] { d_->op({.items = items.data(), .n = static_cast<int64_t>(items.size())}); }); \
+  }
+  DI_FORWARD_BATCH(indexer_scores_batch, IndexerScoreArgs)
+  DI_FORWARD_BATCH(candidate_blocks_batch, CandidateBlocksArgs)
+  DI_FORWARD_BATCH(topk_mask_batch, TopkMaskArgs)
+#undef DI_FORWARD_BATCH
 
  protected:
   virtual void around(const char*, const std::function<void()>& f) { f(); }
@@ -175,6 +185,24 @@ class CrossCheck final : public Forwarding {
   }
   void candidate_blocks(const CandidateBlocksArgs& a) override {
     d_->candidate_blocks(a);
+    check(a);
+  }
+  void candidate_blocks_batch(const OpBatch<CandidateBlocksArgs>& b) override {
+    d_->candidate_blocks_batch(b);
+    for (int64_t i = 0; i < b.n; ++i) check(b.items[i]);
+  }
+  void topk_mask(const TopkMaskArgs& a) override {
+    d_->topk_mask(a);
+    check(a);
+  }
+  void topk_mask_batch(const OpBatch<TopkMaskArgs>& b) override {
+    d_->topk_mask_batch(b);
+    for (int64_t i = 0; i < b.n; ++i) check(b.items[i]);
+  }
+
+ private:
+  // The device's candidate blocks / top-k (already computed) against the CPU's on its inputs.
+  void check(const CandidateBlocksArgs& a) {
     std::vector<float> sc = get(a.scores, a.s * a.t);
     std::vector<int64_t> pos = get(a.q_pos, a.s);
     std::vector<uint8_t> keep(static_cast<size_t>(a.s * a.t)), got = get(a.keep, a.s * a.t);
@@ -185,8 +213,7 @@ class CrossCheck final : public Forwarding {
     c_->candidate_blocks(h);
     report("candidate_blocks", diff(keep, got), a.s * a.t);
   }
-  void topk_mask(const TopkMaskArgs& a) override {
-    d_->topk_mask(a);
+  void check(const TopkMaskArgs& a) {
     std::vector<float> sc = get(a.scores, a.s * a.t);
     std::vector<uint8_t> rs = a.restrict_to ? get(a.restrict_to, a.s * a.t) : std::vector<uint8_t>{};
     std::vector<uint8_t> sel(static_cast<size_t>(a.s * a.t)), got = get(a.selected, a.s * a.t);
@@ -197,8 +224,6 @@ class CrossCheck final : public Forwarding {
     c_->topk_mask(h);
     report("topk_mask", diff(sel, got), a.s * a.t);
   }
-
- private:
   template <class T>
   std::vector<T> get(const T* p, int64_t n) {
     std::vector<T> v(static_cast<size_t>(n));

@@ -594,6 +594,17 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
 
   // KV sources: every sequence's new compressed groups (and indexer keys) at once.
   if (ratio > 0 && c.is_kv_source(l)) publish_sources(l, s);
+  // Index sources: every sequence's top-k of its compressed entries.
+  if (ratio > 0 && c.is_index_source(l)) {
+    std::vector<IndexJob> jobs;
+    for (size_t qi = 0; qi < nseq; ++qi) {
+      const int64_t r0 = s.row0[qi], m = s.rows[qi];
+      if (m == 0) continue;
+      jobs.push_back({.q = iq.data() + r0 * c.index_n_heads * c.index_head_dim, .w = iw.data() + r0 * c.index_n_heads,
+                      .pos = s.d_pos.data() + r0, .n = m, .sh = &s.shared[qi]});
+    }
+    index_select(l, jobs);
+  }
   std::vector<kernels::AttentionSeq> seqs;
   std::vector<int32_t> q_seq(static_cast<size_t>(n));
   int64_t max_t_win = 0, max_t_comp = 0, total_entries = 0;
@@ -601,13 +612,10 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     const int64_t r0 = s.row0[qi], m = s.rows[qi];
     if (m == 0) continue;
     Shared& sh = s.shared[qi];
-    const int64_t* d_pos = s.d_pos.data() + r0;
     const float* comp = nullptr;
     const uint8_t* comp_sel = nullptr;
     int64_t t_comp = 0;
     if (ratio > 0) {
-      if (c.is_index_source(l))
-        index_select(l, iq.data() + r0 * c.index_n_heads * c.index_head_dim, iw.data() + r0 * c.index_n_heads, d_pos, m, sh);
       if (sh.t_comp > 0) {
         comp = sh.comp.data();
         t_comp = sh.t_comp;
@@ -814,30 +822,50 @@ void DeepseekV41::read_rows(const std::vector<std::pair<const PackedRows*, float
   }
 }
 
-void DeepseekV41::index_select(int64_t l, const float* q, const float* w, const int64_t* pos, int64_t n, Shared& sh) {
+void DeepseekV41::index_select(int64_t l, const std::vector<IndexJob>& jobs) {
+  // Every sequence's scores, candidate blocks and top-k: one op each over all sequences.
   const auto& c = cfg_;
   const int64_t nh = c.index_n_heads, di = c.index_head_dim, r = c.ratio(l);
-  const int64_t T = sh.t_index;
-  if (T == 0) return;
-  kernels::Buf<float> scores(be_, n * T);
-  be_.indexer_scores({.q = q, .k = sh.index_k.data(), .w = w, .q_pos = pos, .scores = scores.data(), .s = n, .heads = nh,
-                      .dim = di, .t = T, .ratio = r, .score_scale = 1.0f / std::sqrt(static_cast<float>(di))});
-  const uint8_t* restrict_to = nullptr;
-  if (l == c.candidate_source_layer_id) {
-    buf(sh.candidates, n * T);  // written entirely by the op
-    be_.candidate_blocks({.scores = scores.data(), .q_pos = pos, .keep = sh.candidates.data(), .s = n, .t = T,
-                          .ratio = r, .block_size = c.candidate_block_size, .topk_blocks = c.candidate_topk_blocks});
-    sh.has_candidates = true;
-    sh.cand_t = T;
-  } else if (c.candidate_source_layer_id >= 0 && c.candidate_source_layer_id < l && sh.has_candidates) {
-    DI_CHECK(sh.cand_t == T, "candidate mask width does not match the indexer keys of layer " + std::to_string(l));
-    restrict_to = sh.candidates.data();
+  std::vector<const IndexJob*> live;
+  int64_t total = 0;
+  for (const IndexJob& j : jobs)
+    if (j.sh->t_index > 0) {
+      live.push_back(&j);
+      total += j.n * j.sh->t_index;
+    }
+  if (live.empty()) return;
+  kernels::Buf<float> scores(be_, total);
+  std::vector<kernels::IndexerScoreArgs> score_ops;
+  std::vector<kernels::CandidateBlocksArgs> cand_ops;
+  std::vector<kernels::TopkMaskArgs> topk_ops;
+  int64_t off = 0;
+  for (const IndexJob* j : live) {
+    Shared& sh = *j->sh;
+    const int64_t T = sh.t_index, n = j->n;
+    float* sc = scores.data() + off;
+    off += n * T;
+    score_ops.push_back({.q = j->q, .k = sh.index_k.data(), .w = j->w, .q_pos = j->pos, .scores = sc, .s = n, .heads = nh,
+                         .dim = di, .t = T, .ratio = r, .score_scale = 1.0f / std::sqrt(static_cast<float>(di))});
+    const uint8_t* restrict_to = nullptr;
+    if (l == c.candidate_source_layer_id) {
+      buf(sh.candidates, n * T);  // written entirely by the op
+      cand_ops.push_back({.scores = sc, .q_pos = j->pos, .keep = sh.candidates.data(), .s = n, .t = T, .ratio = r,
+                          .block_size = c.candidate_block_size, .topk_blocks = c.candidate_topk_blocks});
+      sh.has_candidates = true;
+      sh.cand_t = T;
+    } else if (c.candidate_source_layer_id >= 0 && c.candidate_source_layer_id < l && sh.has_candidates) {
+      DI_CHECK(sh.cand_t == T, "candidate mask width does not match the indexer keys of layer " + std::to_string(l));
+      restrict_to = sh.candidates.data();
+    }
+    buf(sh.topk, n * T);  // written entirely by the op
+    topk_ops.push_back({.scores = sc, .restrict_to = restrict_to, .selected = sh.topk.data(), .s = n, .t = T,
+                        .k = std::min(c.index_topk, T)});
+    sh.has_topk = true;
+    sh.topk_t = T;
   }
-  buf(sh.topk, n * T);  // written entirely by the op
-  be_.topk_mask({.scores = scores.data(), .restrict_to = restrict_to, .selected = sh.topk.data(), .s = n, .t = T,
-                 .k = std::min(c.index_topk, T)});
-  sh.has_topk = true;
-  sh.topk_t = T;
+  be_.indexer_scores_batch({.items = score_ops.data(), .n = static_cast<int64_t>(score_ops.size())});
+  if (!cand_ops.empty()) be_.candidate_blocks_batch({.items = cand_ops.data(), .n = static_cast<int64_t>(cand_ops.size())});
+  be_.topk_mask_batch({.items = topk_ops.data(), .n = static_cast<int64_t>(topk_ops.size())});
 }
 
 void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {

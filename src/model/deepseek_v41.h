@@ -121,7 +121,16 @@ class DeepseekV41 {
   void publish_sources(int64_t layer, Scratch& s);
   // One sequence's top-k selection: q [n, heads, d_idx] rotated, FP4-rounded indexer queries,
   // w [n, heads] head weights, against sh.index_k; sets sh.topk (and the candidate blocks).
-  void index_select(int64_t layer, const float* q, const float* w, const int64_t* pos, int64_t n, Shared& sh);
+  // One sequence's indexer queries, head weights and positions (n rows), and its published
+  // tensors (keys in, candidates and top-k out).
+  struct IndexJob {
+    const float* q = nullptr;
+    const float* w = nullptr;
+    const int64_t* pos = nullptr;
+    int64_t n = 0;
+    Shared* sh = nullptr;
+  };
+  void index_select(int64_t layer, const std::vector<IndexJob>& jobs);
   void compact_to_tail(std::span<SeqChunk> batch, Scratch& s, std::vector<int64_t>& hash_ids, int64_t hash_w);
   void moe(int64_t layer, const float* xn, int64_t rows, float* y);
   // hash_ids: host [rows, n_engram_layers, cols].

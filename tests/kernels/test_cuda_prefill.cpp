@@ -386,6 +386,76 @@ TEST(CudaMultiSequence, AttentionOnTheTensorCoresMatchesTheCpuAndEachSequenceAlo
   check_multi_sequence_attention(b, *bf16, 1e-2, false);
 }
 
+// The indexer's batched ops (one launch over several sequences) against one call per sequence:
+// scores, candidate blocks and top-k (with and without a restriction) bitwise the same. Items of
+// one query over many keys (decode), several queries, no keys, no queries.
+TEST(CudaMultiSequence, IndexerBatchIsEachSequencesCall) {
+  Backends b;
+  const int64_t H = 32, dim = 128, ratio = 4, k = 512;
+  struct Seq {
+    int64_t s, t;
+  };
+  const std::vector<Seq> shape{{1, 2048}, {1, 100}, {5, 700}, {1, 0}, {0, 50}, {3, 1500}};
+  const size_t n = shape.size();
+  std::vector<std::unique_ptr<Dev<float>>> q, kk, w, one, many;
+  std::vector<std::unique_ptr<Dev<int64_t>>> pos;
+  std::vector<std::unique_ptr<Dev<uint8_t>>> rs, sel_one, sel_many, keep_one, keep_many;
+  std::vector<IndexerScoreArgs> score_ops;
+  std::vector<TopkMaskArgs> topk_ops;
+  std::vector<CandidateBlocksArgs> cand_ops;
+  std::mt19937 g(77);
+  for (size_t i = 0; i < n; ++i) {
+    const auto [S, T] = shape[i];
+    const uint32_t seed = 900 + static_cast<uint32_t>(10 * i);
+    q.push_back(std::make_unique<Dev<float>>(randn(static_cast<size_t>(S * H * dim), seed)));
+    kk.push_back(std::make_unique<Dev<float>>(randn(static_cast<size_t>(T * dim), seed + 1)));
+    w.push_back(std::make_unique<Dev<float>>(randn(static_cast<size_t>(S * H), seed + 2, 0.3f)));
+    std::vector<int64_t> p(static_cast<size_t>(S));
+    for (auto& x : p) x = T * ratio - 1 - static_cast<int64_t>(g() % 40);
+    pos.push_back(std::make_unique<Dev<int64_t>>(p));
+    std::vector<uint8_t> r = random_bytes(static_cast<size_t>(S * T), seed + 3, 0, 4);
+    for (auto& x : r) x = x != 0;
+    rs.push_back(std::make_unique<Dev<uint8_t>>(r));
+    for (auto* v : {&one, &many}) v->push_back(std::make_unique<Dev<float>>(std::vector<float>(static_cast<size_t>(S * T), NAN)));
+    for (auto* v : {&sel_one, &sel_many, &keep_one, &keep_many})
+      v->push_back(std::make_unique<Dev<uint8_t>>(std::vector<uint8_t>(static_cast<size_t>(S * T), 7)));
+    IndexerScoreArgs sa{.q = q[i]->p, .k = kk[i]->p, .w = w[i]->p, .q_pos = pos[i]->p, .scores = one[i]->p, .s = S, .heads = H,
+                        .dim = dim, .t = T, .ratio = ratio, .score_scale = 0.088f};
+    b.gpu->indexer_scores(sa);
+    sa.scores = many[i]->p;
+    score_ops.push_back(sa);
+  }
+  b.gpu->indexer_scores_batch({.items = score_ops.data(), .n = static_cast<int64_t>(n)});
+  for (size_t i = 0; i < n; ++i) {
+    const auto [S, T] = shape[i];
+    CandidateBlocksArgs ca{.scores = one[i]->p, .q_pos = pos[i]->p, .keep = keep_one[i]->p, .s = S, .t = T, .ratio = ratio,
+                           .block_size = 8, .topk_blocks = 64};
+    b.gpu->candidate_blocks(ca);
+    ca.scores = many[i]->p;
+    ca.keep = keep_many[i]->p;
+    cand_ops.push_back(ca);
+    TopkMaskArgs ta{.scores = one[i]->p, .restrict_to = i % 2 ? rs[i]->p : nullptr, .selected = sel_one[i]->p, .s = S, .t = T,
+                    .k = std::min(k, T)};
+    b.gpu->topk_mask(ta);
+    ta.scores = many[i]->p;
+    ta.selected = sel_many[i]->p;
+    topk_ops.push_back(ta);
+  }
+  b.gpu->candidate_blocks_batch({.items = cand_ops.data(), .n = static_cast<int64_t>(n)});
+  b.gpu->topk_mask_batch({.items = topk_ops.data(), .n = static_cast<int64_t>(n)});
+  b.gpu->synchronize();
+  for (size_t i = 0; i < n; ++i) {
+    const auto a = one[i]->get(), c = many[i]->get();
+    EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * 4), 0) << "scores of sequence " << i;
+    EXPECT_EQ(keep_one[i]->get(), keep_many[i]->get()) << "candidate blocks of sequence " << i;
+    EXPECT_EQ(sel_one[i]->get(), sel_many[i]->get()) << "top-k of sequence " << i;
+  }
+  // The single calls are themselves the CPU's (the tests above); one check that the batch
+  // selected something: the decode item keeps min(k, visible) entries.
+  const auto sel0 = sel_many[0]->get();
+  EXPECT_EQ(std::count(sel0.begin(), sel0.end(), uint8_t{1}), k);
+}
+
 // copy_batch and dequant_packed_batch against their single forms.
 TEST(CudaMultiSequence, BatchedCopiesAndRingReads) {
   Backends b;

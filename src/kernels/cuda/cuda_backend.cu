@@ -115,6 +115,13 @@ class CudaBackend final : public Backend {
     free_[it->second].push_back(p);
     cached_.erase(it);
   }
+  // A batch's items in device memory (stream-ordered scratch; the caller releases it).
+  template <class Args>
+  const Args* upload_items(const OpBatch<Args>& b) {
+    Args* d = scratch<Args>(b.n);
+    upload(d, b.items, b.n * static_cast<int64_t>(sizeof(Args)));
+    return d;
+  }
   // Stream-ordered scratch for an op (the caching allocator's blocks).
   template <class T>
   T* scratch(int64_t count) {
@@ -372,6 +379,25 @@ class CudaBackend final : public Backend {
   void indexer_scores(const IndexerScoreArgs& a) override { cuda::indexer_scores(a, stream_); }
   void candidate_blocks(const CandidateBlocksArgs& a) override { cuda::candidate_blocks(a, stream_); }
   void topk_mask(const TopkMaskArgs& a) override { cuda::topk_mask(a, stream_); }
+  // Batches: the items' args uploaded once, one launch over all of them.
+  void indexer_scores_batch(const OpBatch<IndexerScoreArgs>& b) override {
+    if (!cuda::indexer_scores_batch_fits(b.items, b.n)) return Backend::indexer_scores_batch(b);
+    const IndexerScoreArgs* d = upload_items(b);
+    cuda::indexer_scores_batch(b.items, d, b.n, stream_);
+    release(const_cast<IndexerScoreArgs*>(d));
+  }
+  void candidate_blocks_batch(const OpBatch<CandidateBlocksArgs>& b) override {
+    if (!cuda::select_batch_fits(b.n)) return Backend::candidate_blocks_batch(b);
+    const CandidateBlocksArgs* d = upload_items(b);
+    cuda::candidate_blocks_batch(b.items, d, b.n, stream_);
+    release(const_cast<CandidateBlocksArgs*>(d));
+  }
+  void topk_mask_batch(const OpBatch<TopkMaskArgs>& b) override {
+    if (!cuda::select_batch_fits(b.n)) return Backend::topk_mask_batch(b);
+    const TopkMaskArgs* d = upload_items(b);
+    cuda::topk_mask_batch(b.items, d, b.n, stream_);
+    release(const_cast<TopkMaskArgs*>(d));
+  }
   void router(const RouterArgs& a) override { cuda::router(a, stream_); }
   void sample_rows(const SampleRowsArgs& a) override {
     void* scratch = alloc(cuda::sample_rows_scratch_bytes(a));

@@ -32,6 +32,16 @@ void attention(const AttentionArgs& a, bool bf16, cudaStream_t s);
 void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s);
 void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s);
 void topk_mask(const TopkMaskArgs& a, cudaStream_t s);
+// Batches (backend.h OpBatch): one launch over every item, the items' args copied to the device
+// (dev_items) and read there; host_items sizes the grid. Each item's outputs are bitwise its own
+// call's. The indexer's batch needs indexer_scores_batch_fits (every item takes the tiled
+// kernel, one head count); the selections select_batch_fits.
+bool indexer_scores_batch_fits(const IndexerScoreArgs* items, int64_t n);
+void indexer_scores_batch(const IndexerScoreArgs* host_items, const IndexerScoreArgs* dev_items, int64_t n, cudaStream_t s);
+bool select_batch_fits(int64_t n);
+void topk_mask_batch(const TopkMaskArgs* host_items, const TopkMaskArgs* dev_items, int64_t n, cudaStream_t s);
+void candidate_blocks_batch(const CandidateBlocksArgs* host_items, const CandidateBlocksArgs* dev_items, int64_t n,
+                            cudaStream_t s);
 void router(const RouterArgs& a, cudaStream_t s);
 // scratch: sample_rows_scratch_bytes(a) bytes of device memory (the rows' weights, fp64).
 int64_t sample_rows_scratch_bytes(const SampleRowsArgs& a);

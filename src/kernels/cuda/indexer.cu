@@ -42,14 +42,15 @@ constexpr int kIxBM = 128, kIxBN = 128, kIxBK = 32, kIxLD = kIxBK + 4, kIxThread
 constexpr size_t kIxSmem = static_cast<size_t>(2 * (kIxBM + kIxBN) * kIxLD) * 4;
 static_assert(static_cast<size_t>(kIxBM * kIxCLD + kIxBM) * 4 <= kIxSmem, "epilogue fits the operand buffers");
 
-__global__ void __launch_bounds__(kIxThreads, 2) indexer_tiled_k(IndexerScoreArgs a, int bq) {
-  DI_PDL_ENTRY();
-  extern __shared__ __align__(16) float sm[];
-  __shared__ int64_t s_vmax;
+// The tile (blockIdx.x, blockIdx.y) of one call's scores; a batch's grid covers its largest item,
+// so a block past this item's keys or queries has nothing to do.
+__device__ __forceinline__ void indexer_tile(const IndexerScoreArgs& a, int bq, float* sm, int64_t* s_vmax_p) {
+  int64_t& s_vmax = *s_vmax_p;
   float* As = sm;                       // [2][BM][LD]
   float* Bs = sm + 2 * kIxBM * kIxLD;   // [2][BN][LD]
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
   const int64_t H = a.heads, s0 = static_cast<int64_t>(blockIdx.y) * bq, t0 = static_cast<int64_t>(blockIdx.x) * kIxBN;
+  if (s0 >= a.s || t0 >= a.t) return;
   const int nq = static_cast<int>(min(static_cast<int64_t>(bq), a.s - s0));
   if (tid == 0) {
     int64_t v = 0;
@@ -142,14 +143,35 @@ __global__ void __launch_bounds__(kIxThreads, 2) indexer_tiled_k(IndexerScoreArg
   }
 }
 
+__global__ void __launch_bounds__(kIxThreads, 2) indexer_tiled_k(IndexerScoreArgs a, int bq) {
+  DI_PDL_ENTRY();
+  extern __shared__ __align__(16) float sm[];
+  __shared__ int64_t s_vmax;
+  indexer_tile(a, bq, sm, &s_vmax);
+}
+// A batch: item blockIdx.z.
+__global__ void __launch_bounds__(kIxThreads, 2) indexer_tiled_batch_k(const IndexerScoreArgs* items, int bq) {
+  DI_PDL_ENTRY();
+  extern __shared__ __align__(16) float sm[];
+  __shared__ int64_t s_vmax;
+  indexer_tile(items[blockIdx.z], bq, sm, &s_vmax);
+}
+
+// The tiled kernel's conditions: heads dividing its 128 rows, dim a multiple of 4, 16-byte
+// aligned q and k; returns the queries per tile (0: not eligible).
+int64_t tiled_rows(const IndexerScoreArgs& a) {
+  const int64_t bq = a.heads > 0 && a.heads <= kIxBM && kIxBM % a.heads == 0 ? kIxBM / a.heads : 0;
+  const bool ok = !legacy_forced() && bq > 0 && a.dim > 0 && a.dim % 4 == 0 && aligned16(a.q) && aligned16(a.k) &&
+                  ceil_div(a.s, bq) <= 65535;
+  return ok ? bq : 0;
+}
+
 }  // namespace
 
 void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s) {
   if (a.s * a.t == 0) return;
-  const int64_t bq = a.heads > 0 && a.heads <= kIxBM && kIxBM % a.heads == 0 ? kIxBM / a.heads : 0;
-  const bool fast = !legacy_forced() && bq > 0 && a.dim > 0 && a.dim % 4 == 0 && aligned16(a.q) && aligned16(a.k) &&
-                    ceil_div(a.s, bq) <= 65535;
-  if (fast) {
+  const int64_t bq = tiled_rows(a);
+  if (bq > 0) {
     opt_in_smem(indexer_tiled_k, kIxSmem);
     const dim3 g(static_cast<unsigned>(ceil_div(a.t, kIxBN)), static_cast<unsigned>(ceil_div(a.s, bq)));
     launch_k(indexer_tiled_k, g, kIxThreads, kIxSmem, s, a, static_cast<int>(bq));
@@ -157,6 +179,27 @@ void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s) {
     return;
   }
   launch_k(indexer_scores_k, grid(a.s * a.t), kThreads, 0, s, a);
+  DI_CUDA_LAUNCHED();
+}
+
+bool indexer_scores_batch_fits(const IndexerScoreArgs* items, int64_t n) {
+  if (n < 1 || n > 65535) return false;
+  for (int64_t i = 0; i < n; ++i)
+    if (tiled_rows(items[i]) == 0 || items[i].heads != items[0].heads) return false;
+  return true;
+}
+
+void indexer_scores_batch(const IndexerScoreArgs* host_items, const IndexerScoreArgs* dev_items, int64_t n, cudaStream_t s) {
+  int64_t max_s = 0, max_t = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    max_s = std::max(max_s, host_items[i].s);
+    max_t = std::max(max_t, host_items[i].t);
+  }
+  if (max_s * max_t == 0) return;
+  const int64_t bq = tiled_rows(host_items[0]);
+  opt_in_smem(indexer_tiled_batch_k, kIxSmem);
+  const dim3 g(static_cast<unsigned>(ceil_div(max_t, kIxBN)), static_cast<unsigned>(ceil_div(max_s, bq)), static_cast<unsigned>(n));
+  launch_k(indexer_tiled_batch_k, g, kIxThreads, kIxSmem, s, dev_items, static_cast<int>(bq));
   DI_CUDA_LAUNCHED();
 }
 }  // namespace deepinfer::kernels::cuda

@@ -65,10 +65,9 @@ __global__ void candidate_blocks_k(CandidateBlocksArgs a, float* block_scores, u
 
 constexpr int kSelThreads = 256;
 
-__global__ void __launch_bounds__(kSelThreads) topk_mask_block_k(TopkMaskArgs a) {
-  DI_PDL_ENTRY();
-  __shared__ SelShared sh;
-  const int64_t s = blockIdx.x;
+// Row s of one call (a batch's grid covers its largest item: rows past this item's return).
+__device__ __forceinline__ void topk_row(const TopkMaskArgs& a, int64_t s, SelShared& sh) {
+  if (s >= a.s) return;
   const float* sc = a.scores + s * a.t;
   const uint8_t* rs = a.restrict_to ? a.restrict_to + s * a.t : nullptr;
   uint8_t* selected = a.selected + s * a.t;
@@ -76,11 +75,20 @@ __global__ void __launch_bounds__(kSelThreads) topk_mask_block_k(TopkMaskArgs a)
       a.t, a.k, [&](int64_t j) { return (rs && !rs[j]) ? 0u : order_key(sc[j]); },
       [&](int64_t j, bool v) { selected[j] = v ? 1 : 0; }, sh);
 }
-
-__global__ void __launch_bounds__(kSelThreads) candidate_blocks_block_k(CandidateBlocksArgs a) {
+__global__ void __launch_bounds__(kSelThreads) topk_mask_block_k(TopkMaskArgs a) {
   DI_PDL_ENTRY();
   __shared__ SelShared sh;
-  const int64_t s = blockIdx.x, bs = a.block_size, nb = (a.t + bs - 1) / bs;
+  topk_row(a, blockIdx.x, sh);
+}
+__global__ void __launch_bounds__(kSelThreads) topk_mask_batch_k(const TopkMaskArgs* items) {
+  DI_PDL_ENTRY();
+  __shared__ SelShared sh;
+  topk_row(items[blockIdx.y], blockIdx.x, sh);
+}
+
+__device__ __forceinline__ void candidate_row(const CandidateBlocksArgs& a, int64_t s, SelShared& sh) {
+  if (s >= a.s) return;
+  const int64_t bs = a.block_size, nb = (a.t + bs - 1) / bs;
   const float* sc = a.scores + s * a.t;
   uint8_t* keep = a.keep + s * a.t;
   const int64_t len = (a.q_pos[s] + 1) / a.ratio;
@@ -97,6 +105,16 @@ __global__ void __launch_bounds__(kSelThreads) candidate_blocks_block_k(Candidat
         for (int64_t j = b * bs; j < min(a.t, (b + 1) * bs); ++j) keep[j] = v ? 1 : 0;
       },
       sh);
+}
+__global__ void __launch_bounds__(kSelThreads) candidate_blocks_block_k(CandidateBlocksArgs a) {
+  DI_PDL_ENTRY();
+  __shared__ SelShared sh;
+  candidate_row(a, blockIdx.x, sh);
+}
+__global__ void __launch_bounds__(kSelThreads) candidate_blocks_batch_k(const CandidateBlocksArgs* items) {
+  DI_PDL_ENTRY();
+  __shared__ SelShared sh;
+  candidate_row(items[blockIdx.y], blockIdx.x, sh);
 }
 
 // One warp per row: every expert's score computed by its lane (the same per-element formula as
@@ -191,6 +209,27 @@ void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s) {
   DI_CUDA_LAUNCHED();
   DI_CUDA_CHECK(cudaFreeAsync(bs, s));
   DI_CUDA_CHECK(cudaFreeAsync(bsel, s));
+}
+template <class Args>
+int64_t max_rows(const Args* items, int64_t n) {
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, items[i].s);
+  return m;
+}
+bool select_batch_fits(int64_t n) { return !legacy_forced() && n >= 1 && n <= 65535; }
+void topk_mask_batch(const TopkMaskArgs* host_items, const TopkMaskArgs* dev_items, int64_t n, cudaStream_t s) {
+  const int64_t rows = max_rows(host_items, n);
+  if (rows == 0) return;
+  launch_k(topk_mask_batch_k, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(n)), kSelThreads, 0, s, dev_items);
+  DI_CUDA_LAUNCHED();
+}
+void candidate_blocks_batch(const CandidateBlocksArgs* host_items, const CandidateBlocksArgs* dev_items, int64_t n,
+                            cudaStream_t s) {
+  const int64_t rows = max_rows(host_items, n);
+  if (rows == 0) return;
+  launch_k(candidate_blocks_batch_k, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(n)), kSelThreads, 0, s,
+           dev_items);
+  DI_CUDA_LAUNCHED();
 }
 void router(const RouterArgs& a, cudaStream_t s) {
   if (a.rows == 0) return;
