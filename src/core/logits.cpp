@@ -72,4 +72,27 @@ std::vector<std::pair<int32_t, double>> top_n(std::span<const double> lp, int64_
   return out;
 }
 
+void keep_top_p(double* w, int64_t n_w, double top_p, Ranked* cand) {
+  double total = 0.0;
+  size_t n = 0;
+  for (int64_t i = 0; i < n_w; ++i) {
+    total += w[i];
+    if (w[i] > 0.0) cand[n++] = {w[i], static_cast<int32_t>(i)};
+  }
+  const double limit = top_p * total;
+  size_t kept = 0, ranked = 0;
+  double before = 0.0;  // mass of the tokens ranked before the current one
+  while (kept < n && before < limit) {
+    if (kept == ranked) {
+      const size_t next = std::min(n, std::max<size_t>(256, ranked * 4));
+      if (next < n) std::nth_element(cand + ranked, cand + next, cand + n, ranks_before);
+      std::sort(cand + ranked, cand + next, ranks_before);
+      ranked = next;
+    }
+    before += cand[kept].v;
+    ++kept;
+  }
+  for (size_t j = kept; j < n; ++j) w[cand[j].id] = 0.0;
+}
+
 }  // namespace deepinfer::core

@@ -25,16 +25,8 @@ int32_t argmax(const double* x, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-// A candidate for ranking: its value (x or weight) and id. Contiguous, so selection and
-// sorting do not chase indices.
-struct Ranked {
-  double v;
-  int32_t id;
-};
-
-// Rank order: value descending, then id ascending. A total order over distinct ids, so any
-// selection algorithm yields the same ranking.
-inline bool ranks_before(const Ranked& a, const Ranked& b) { return a.v > b.v || (a.v == b.v && a.id < b.id); }
+using core::Ranked;
+using core::ranks_before;
 
 }  // namespace
 
@@ -87,32 +79,6 @@ void process(const SampleRequest& r, Workspace& ws) {
   apply_min_tokens_and_penalties(r, x, ws.counts);
 }
 
-// Keeps the tokens whose probability is among the highest with cumulative mass (in rank order)
-// reaching top_p; w [vocab] fp64 holds the weights, zeroed for dropped tokens. Ranks only as far
-// as needed: nth_element on growing prefixes, then sort of each new slice.
-void apply_top_p(double* w, int64_t vocab, double top_p, Ranked* cand) {
-  double total = 0.0;
-  size_t n = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    total += w[i];
-    if (w[i] > 0.0) cand[n++] = {w[i], static_cast<int32_t>(i)};
-  }
-  const double limit = top_p * total;
-  size_t kept = 0, ranked = 0;
-  double before = 0.0;  // mass of the tokens ranked before the current one
-  while (kept < n && before < limit) {
-    if (kept == ranked) {
-      const size_t next = std::min(n, std::max<size_t>(256, ranked * 4));
-      if (next < n) std::nth_element(cand + ranked, cand + next, cand + n, ranks_before);
-      std::sort(cand + ranked, cand + next, ranks_before);
-      ranked = next;
-    }
-    before += cand[kept].v;
-    ++kept;
-  }
-  for (size_t j = kept; j < n; ++j) w[cand[j].id] = 0.0;
-}
-
 // Steps (3)-(4) on ws.x (already holding steps (1)-(2)). Returns the token when the row is
 // decided without a draw (greedy, or nothing finite left), else -1 with ws.x = kept weights.
 int32_t filter(const SampleRequest& r, Workspace& ws) {
@@ -160,7 +126,7 @@ int32_t filter(const SampleRequest& r, Workspace& ws) {
   for (int64_t i = 0; i < vocab; ++i) x[i] = x[i] == kNegInf ? 0.0 : std::exp(x[i] - m);
 
   // (4c) top-p over the renormalised survivors.
-  if (p.top_p < 1.0f) apply_top_p(x, vocab, static_cast<double>(p.top_p), ws.ranked.data());
+  if (p.top_p < 1.0f) core::keep_top_p(x, vocab, static_cast<double>(p.top_p), ws.ranked.data());
   return -1;
 }
 

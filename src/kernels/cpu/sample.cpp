@@ -1,8 +1,7 @@
 // Sampling on the CPU backend: DrawParams' rule (backend.h), one row at a time.
 //
-// The sums run in ascending id order and top-p ranks the survivors by a full sort, so a row's
-// token is bitwise the one sample::Sampler draws from the same raw row (the sampler ranks only
-// as far as it needs; the ranking and the sums are the same).
+// The sums run in ascending id order and top-p is the sampler's (core::keep_top_p), so a row's
+// token is bitwise the one sample::Sampler draws from the same raw row.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -33,9 +32,9 @@ int32_t argmax_row(const float* x, int64_t n) {
 }
 
 struct Scratch {
-  std::vector<double> w;                         // [cols] kept weights
-  std::vector<double> xs;                        // finite x, for the k-th largest
-  std::vector<std::pair<double, int32_t>> rank;  // survivors for top-p
+  std::vector<double> w;             // [cols] kept weights
+  std::vector<double> xs;            // finite x, for the k-th largest
+  std::vector<core::Ranked> rank;    // [cols] survivors for top-p
 };
 
 int32_t draw_row(const float* l, int64_t n, const DrawParams& p, Scratch& s) {
@@ -75,19 +74,8 @@ int32_t draw_row(const float* l, int64_t n, const DrawParams& p, Scratch& s) {
   }
 
   if (p.top_p < 1.0f) {
-    double total = 0.0;
-    s.rank.clear();
-    for (int64_t i = 0; i < n; ++i) {
-      total += w[i];
-      if (w[i] > 0.0) s.rank.emplace_back(w[i], static_cast<int32_t>(i));
-    }
-    std::sort(s.rank.begin(), s.rank.end(),
-              [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-    const double limit = static_cast<double>(p.top_p) * total;
-    double before = 0.0;
-    size_t kept = 0;
-    while (kept < s.rank.size() && before < limit) before += s.rank[kept++].first;
-    for (size_t j = kept; j < s.rank.size(); ++j) w[s.rank[j].second] = 0.0;
+    s.rank.resize(static_cast<size_t>(n));
+    core::keep_top_p(w, n, static_cast<double>(p.top_p), s.rank.data());
   }
 
   return static_cast<int32_t>(core::inverse_cdf(w, n, p.u));
