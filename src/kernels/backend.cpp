@@ -7,6 +7,7 @@
 namespace deepinfer::kernels {
 
 void Backend::grouped_matmul(const GroupedMatmulArgs& a) {
+  DI_CHECK(!a.w2 == !a.y2, "grouped matmul: a second product needs both w2 and y2");
   std::vector<int32_t> off(static_cast<size_t>(a.experts + 1));
   download(off.data(), a.offsets, (a.experts + 1) * static_cast<int64_t>(sizeof(int32_t)));
   DI_CHECK(off[0] >= 0 && off[static_cast<size_t>(a.experts)] <= a.rows, "grouped matmul: offsets outside the rows");

@@ -349,8 +349,9 @@ struct GroupedMatmulArgs {
 };
 
 // Several independent calls of one op in one (e.g. one sequence each): items[i] is what the
-// op would be given alone, and the result is the same as n separate calls. `items` is a host
-// array (the descriptors; the pointers in them are backend memory).
+// op would be given alone, and the result is the same as n separate calls. The items may run
+// concurrently: no item's output may be another's input. `items` is a host array (the
+// descriptors; the pointers in them are backend memory).
 template <class Args>
 struct OpBatch {
   const Args* items = nullptr;

@@ -142,7 +142,8 @@ void DeepseekV41::linear(const float* x, int64_t rows, const Mat& w, float* y) {
 void DeepseekV41::linears(const float* x, int64_t rows, const std::vector<std::pair<const Mat*, float*>>& outs) {
   kernels::MultiMatmulArgs a{.x = x, .m = rows, .k = outs.front().first->cols};
   for (const auto& [w, y] : outs) {
-    DI_CHECK(a.count < kernels::kMaxMatmulOuts && w->cols == a.k, "linears: outputs of different inputs");
+    DI_CHECK(a.count < kernels::kMaxMatmulOuts, "linears: more than kMaxMatmulOuts outputs");
+    DI_CHECK(w->cols == a.k, "linears: products of inputs of different widths");
     a.outs[a.count++] = {.w = *w, .y = y, .n = w->rows};
   }
   be_.multi_matmul(a);

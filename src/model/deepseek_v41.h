@@ -119,10 +119,9 @@ class DeepseekV41 {
   // sources), both published into the sequence's caches, then each sequence's caches read as
   // float into its Shared (comp, index_k).
   void publish_sources(int64_t layer, Scratch& s);
-  // One sequence's top-k selection: q [n, heads, d_idx] rotated, FP4-rounded indexer queries,
-  // w [n, heads] head weights, against sh.index_k; sets sh.topk (and the candidate blocks).
-  // One sequence's indexer queries, head weights and positions (n rows), and its published
-  // tensors (keys in, candidates and top-k out).
+  // Every sequence's top-k selection at once, one job per sequence: q [n, heads, d_idx] rotated,
+  // FP4-rounded indexer queries, w [n, heads] head weights and the positions of its n rows,
+  // against sh->index_k; sets sh->topk (and the candidate blocks at the candidate layer).
   struct IndexJob {
     const float* q = nullptr;
     const float* w = nullptr;

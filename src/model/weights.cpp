@@ -356,7 +356,7 @@ void upload_weights(const ModelConfig& c, Weights& w, kernels::Backend& be) {
     if (*out) *out = static_cast<const float*>(put(*out, n * static_cast<int64_t>(sizeof(float))));
   };
   visit(c, w, v);
-  be.synchronize();
+  be.synchronize();  // the CUDA products read weights before their programmatic wait
 }
 
 void dequantize_all(const ModelConfig& c, Weights& w) {

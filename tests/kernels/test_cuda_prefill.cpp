@@ -388,14 +388,15 @@ TEST(CudaMultiSequence, AttentionOnTheTensorCoresMatchesTheCpuAndEachSequenceAlo
 
 // The indexer's batched ops (one launch over several sequences) against one call per sequence:
 // scores, candidate blocks and top-k (with and without a restriction) bitwise the same. Items of
-// one query over many keys (decode), several queries, no keys, no queries.
+// one query over many keys (decode), several queries, no keys, no queries, and a 40-row chunk
+// (more than a shared launch takes: a call of its own).
 TEST(CudaMultiSequence, IndexerBatchIsEachSequencesCall) {
   Backends b;
   const int64_t H = 32, dim = 128, ratio = 4, k = 512;
   struct Seq {
     int64_t s, t;
   };
-  const std::vector<Seq> shape{{1, 2048}, {1, 100}, {5, 700}, {1, 0}, {0, 50}, {3, 1500}};
+  const std::vector<Seq> shape{{1, 2048}, {1, 100}, {5, 700}, {1, 0}, {0, 50}, {40, 600}, {3, 1500}};
   const size_t n = shape.size();
   std::vector<std::unique_ptr<Dev<float>>> q, kk, w, one, many;
   std::vector<std::unique_ptr<Dev<int64_t>>> pos;

@@ -115,6 +115,20 @@ class CudaBackend final : public Backend {
     free_[it->second].push_back(p);
     cached_.erase(it);
   }
+  // A batch's launch is sized by its largest item, so only items of at most kBatchRows rows
+  // (decode-sized) share one (`many`); larger ones (prefill chunks in a mixed step) run as calls
+  // of their own (`one`), so a launch is never mostly blocks with nothing to do.
+  static constexpr int64_t kBatchRows = 16;
+  template <class Args, class One, class Many>
+  void run_batch(const OpBatch<Args>& b, One one, Many many) {
+    std::vector<Args> small;
+    for (int64_t i = 0; i < b.n; ++i) {
+      if (b.items[i].s <= kBatchRows) small.push_back(b.items[i]);
+      else one(b.items[i]);
+    }
+    if (small.size() == 1) one(small[0]);
+    else if (!small.empty()) many(OpBatch<Args>{.items = small.data(), .n = static_cast<int64_t>(small.size())});
+  }
   // A batch's items in device memory (stream-ordered scratch; the caller releases it).
   template <class Args>
   const Args* upload_items(const OpBatch<Args>& b) {
@@ -149,8 +163,9 @@ class CudaBackend final : public Backend {
     std::memcpy(stage, src, n);
     // Small uploads by a kernel reading the pinned ring: it joins the programmatic launch chain
     // (measured: batch-1 decode 6.73 -> 6.64 ms, batch 64 34.6 -> 33.9 ms, about 8 uploads per
-    // layer); larger ones by the copy engine.
-    if (n <= kKernelUploadMax) cuda::host_copy(dst, stage, bytes, stream_);
+    // layer); larger ones, and those to an address not 16-byte aligned (the kernel would read
+    // the host memory a byte at a time), by the copy engine.
+    if (n <= kKernelUploadMax && reinterpret_cast<uintptr_t>(dst) % 16 == 0) cuda::host_copy(dst, stage, bytes, stream_);
     else DI_CUDA_CHECK(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, stream_));
     staging_off_ += (n + 255) & ~size_t{255};  // keep every staged copy 256-byte aligned
   }
@@ -193,6 +208,10 @@ class CudaBackend final : public Backend {
   // tensor cores when every expert is stored as bf16, else float32 math from any format.
   // With a second product (w2, y2): both in one launch on the tensor cores (x rounded once).
   void grouped_matmul(const GroupedMatmulArgs& a) override {
+    if (!a.w2 != !a.y2) {
+      std::fprintf(stderr, "deepinfer: grouped matmul: a second product needs both w2 and y2\n");
+      std::abort();
+    }
     if (a.rows == 0) return;
     bool tensor_cores = precision_ == Precision::kBF16 && cuda::gemm_bf16_fits(a.n, a.k);
     for (const WeightView* w : {a.w, a.w2}) {
@@ -229,6 +248,7 @@ class CudaBackend final : public Backend {
     gemm_bf16_from(p, a.x, a.rows, a.k, a.k);
   }
   // One launch when every output takes the bf16 decode tiling, else one product each.
+  static_assert(kMaxMatmulOuts <= cuda::kMaxBf16Parts, "every output of a multi_matmul is a part of one launch");
   void multi_matmul(const MultiMatmulArgs& a) override {
     if (a.count < 0 || a.count > kMaxMatmulOuts) {
       std::fprintf(stderr, "deepinfer: multi matmul: %d outputs\n", a.count);
@@ -379,24 +399,30 @@ class CudaBackend final : public Backend {
   void indexer_scores(const IndexerScoreArgs& a) override { cuda::indexer_scores(a, stream_); }
   void candidate_blocks(const CandidateBlocksArgs& a) override { cuda::candidate_blocks(a, stream_); }
   void topk_mask(const TopkMaskArgs& a) override { cuda::topk_mask(a, stream_); }
-  // Batches: the items' args uploaded once, one launch over all of them.
+  // Batches: the items' args uploaded once, one launch over all of them (see run_batch).
   void indexer_scores_batch(const OpBatch<IndexerScoreArgs>& b) override {
-    if (!cuda::indexer_scores_batch_fits(b.items, b.n)) return Backend::indexer_scores_batch(b);
-    const IndexerScoreArgs* d = upload_items(b);
-    cuda::indexer_scores_batch(b.items, d, b.n, stream_);
-    release(const_cast<IndexerScoreArgs*>(d));
+    run_batch(b, [&](const IndexerScoreArgs& a) { indexer_scores(a); }, [&](const OpBatch<IndexerScoreArgs>& m) {
+      if (!cuda::indexer_scores_batch_fits(m.items, m.n)) return Backend::indexer_scores_batch(m);
+      const IndexerScoreArgs* d = upload_items(m);
+      cuda::indexer_scores_batch(m.items, d, m.n, stream_);
+      release(const_cast<IndexerScoreArgs*>(d));
+    });
   }
   void candidate_blocks_batch(const OpBatch<CandidateBlocksArgs>& b) override {
-    if (!cuda::select_batch_fits(b.n)) return Backend::candidate_blocks_batch(b);
-    const CandidateBlocksArgs* d = upload_items(b);
-    cuda::candidate_blocks_batch(b.items, d, b.n, stream_);
-    release(const_cast<CandidateBlocksArgs*>(d));
+    run_batch(b, [&](const CandidateBlocksArgs& a) { candidate_blocks(a); }, [&](const OpBatch<CandidateBlocksArgs>& m) {
+      if (!cuda::select_batch_fits(m.n)) return Backend::candidate_blocks_batch(m);
+      const CandidateBlocksArgs* d = upload_items(m);
+      cuda::candidate_blocks_batch(m.items, d, m.n, stream_);
+      release(const_cast<CandidateBlocksArgs*>(d));
+    });
   }
   void topk_mask_batch(const OpBatch<TopkMaskArgs>& b) override {
-    if (!cuda::select_batch_fits(b.n)) return Backend::topk_mask_batch(b);
-    const TopkMaskArgs* d = upload_items(b);
-    cuda::topk_mask_batch(b.items, d, b.n, stream_);
-    release(const_cast<TopkMaskArgs*>(d));
+    run_batch(b, [&](const TopkMaskArgs& a) { topk_mask(a); }, [&](const OpBatch<TopkMaskArgs>& m) {
+      if (!cuda::select_batch_fits(m.n)) return Backend::topk_mask_batch(m);
+      const TopkMaskArgs* d = upload_items(m);
+      cuda::topk_mask_batch(m.items, d, m.n, stream_);
+      release(const_cast<TopkMaskArgs*>(d));
+    });
   }
   void router(const RouterArgs& a) override { cuda::router(a, stream_); }
   void sample_rows(const SampleRowsArgs& a) override {
