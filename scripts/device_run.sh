@@ -3,9 +3,9 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, engine, profile, kernels, detail, check, baseline, all (all
-#   but baseline, kernels and detail);
-#   BENCH_ARGS are passed to bench/bench_device
+#   stages: test (default), bench, engine, profile, kernels, trace, detail, check, baseline, all
+#   (all but baseline, kernels, trace and detail);
+#   BENCH_ARGS are passed to bench/bench_device, TRACE_ARGS to it under the trace
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/device-out}
@@ -31,6 +31,8 @@ cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON
   >> "$OUT/build.log" 2>&1
 cmake --build build/cuda -j "$(nproc)" --target deepinfer test_cuda_parity test_cuda_model test_model test_cli test_engine bench_cuda_ops bench_device \
   >> "$OUT/build.log" 2>&1
+# The CUPTI timeline library (stage trace) when the toolkit has CUPTI; its absence fails only that stage.
+cmake --build build/cuda -j "$(nproc)" --target di_kernel_trace >> "$OUT/build.log" 2>&1 || echo "no di_kernel_trace" >> "$R"
 echo "build exit $? ($(( $(date +%s) - t0 )) s)" >> "$R"
 tail -30 "$OUT/build.log" | grep -E "error|FAILED" >> "$R"
 
@@ -114,6 +116,20 @@ for i in range(128):
       echo "ncu exit $?" >> "$R"
       python3 scripts/kernel_times.py "$OUT/ncu.csv" "$OUT/step_kernels.txt" >> "$R" 2>&1
       gzip -f "$OUT/ncu.csv"
+      ;;
+    trace)
+      # The GPU's own timeline of decode steps (CUPTI timestamps through an LD_PRELOADed
+      # library: graphs and programmatic launches as they ran, unlike ncu's one kernel at a
+      # time), summarised by scripts/trace_summary.py: wall, busy and idle time of the last
+      # step, exclusive time per kernel, the largest gaps.
+      echo "== trace of decode steps (bench_device --prompts 0 --steps 4 ${TRACE_ARGS:---batches 1})" >> "$R"
+      # shellcheck disable=SC2086
+      DI_TRACE_OUT="$OUT/trace.csv" LD_PRELOAD=./build/cuda/libdi_kernel_trace.so ./build/cuda/bench/bench_device --prompts 0 \
+        --steps 4 ${TRACE_ARGS:---batches 1} > "$OUT/trace.log" 2>&1
+      echo "trace exit $?" >> "$R"
+      grep -E "^decode" "$OUT/trace.log" >> "$R"
+      python3 scripts/trace_summary.py "$OUT/trace.csv" "$OUT/step_trace.txt" >> "$R" 2>&1
+      gzip -f "$OUT/trace.csv"
       ;;
     baseline)
       # The transformers reference on the same shape (needs carry [".baseline"]: the deepseek_v41
