@@ -20,4 +20,8 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=$PATH:/usr/local/cuda/bin
   cmake --preset cuda >/dev/null
   cmake --build --preset cuda --target deepinfer_kernels_cuda test_cuda_parity test_cuda_model deepinfer bench_device bench_cuda_ops
+  # The CUPTI timeline tool (device_run.sh trace) where the toolkit has CUPTI.
+  if cmake --build --preset cuda --target help 2>/dev/null | grep -q di_kernel_trace; then
+    cmake --build --preset cuda --target di_kernel_trace
+  fi
 fi
