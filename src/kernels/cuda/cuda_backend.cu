@@ -116,25 +116,27 @@ class CudaBackend final : public Backend {
     cached_.erase(it);
   }
   // A batch's launch is sized by its largest item, so only items of at most kBatchRows rows
-  // (decode-sized) share one (`many`); larger ones (prefill chunks in a mixed step) run as calls
-  // of their own (`one`), so a launch is never mostly blocks with nothing to do.
+  // (decode-sized) share one; larger ones (prefill chunks in a mixed step), a lone small item,
+  // and items the launch does not take (`fits` false) run as calls of `one` (the op alone).
+  // The shared launch reads the items' args from device memory, uploaded once.
   static constexpr int64_t kBatchRows = 16;
-  template <class Args, class One, class Many>
-  void run_batch(const OpBatch<Args>& b, One one, Many many) {
+  template <class Args, class Fits, class Launch>
+  void run_batch(const OpBatch<Args>& b, void (Backend::*one)(const Args&), Fits fits, Launch launch) {
     std::vector<Args> small;
     for (int64_t i = 0; i < b.n; ++i) {
       if (b.items[i].s <= kBatchRows) small.push_back(b.items[i]);
-      else one(b.items[i]);
+      else (this->*one)(b.items[i]);
     }
-    if (small.size() == 1) one(small[0]);
-    else if (!small.empty()) many(OpBatch<Args>{.items = small.data(), .n = static_cast<int64_t>(small.size())});
-  }
-  // A batch's items in device memory (stream-ordered scratch; the caller releases it).
-  template <class Args>
-  const Args* upload_items(const OpBatch<Args>& b) {
-    Args* d = scratch<Args>(b.n);
-    upload(d, b.items, b.n * static_cast<int64_t>(sizeof(Args)));
-    return d;
+    const int64_t n = static_cast<int64_t>(small.size());
+    if (n == 1 || (n > 1 && !fits(small.data(), n))) {
+      for (const Args& a : small) (this->*one)(a);
+      return;
+    }
+    if (n == 0) return;
+    Args* d = scratch<Args>(n);
+    upload(d, small.data(), n * static_cast<int64_t>(sizeof(Args)));
+    launch(small.data(), d, n, stream_);
+    release(d);
   }
   // Stream-ordered scratch for an op (the caching allocator's blocks).
   template <class T>
@@ -399,30 +401,17 @@ class CudaBackend final : public Backend {
   void indexer_scores(const IndexerScoreArgs& a) override { cuda::indexer_scores(a, stream_); }
   void candidate_blocks(const CandidateBlocksArgs& a) override { cuda::candidate_blocks(a, stream_); }
   void topk_mask(const TopkMaskArgs& a) override { cuda::topk_mask(a, stream_); }
-  // Batches: the items' args uploaded once, one launch over all of them (see run_batch).
+  // Batches: one launch over the decode-sized items (see run_batch).
   void indexer_scores_batch(const OpBatch<IndexerScoreArgs>& b) override {
-    run_batch(b, [&](const IndexerScoreArgs& a) { indexer_scores(a); }, [&](const OpBatch<IndexerScoreArgs>& m) {
-      if (!cuda::indexer_scores_batch_fits(m.items, m.n)) return Backend::indexer_scores_batch(m);
-      const IndexerScoreArgs* d = upload_items(m);
-      cuda::indexer_scores_batch(m.items, d, m.n, stream_);
-      release(const_cast<IndexerScoreArgs*>(d));
-    });
+    run_batch(b, &Backend::indexer_scores, cuda::indexer_scores_batch_fits, cuda::indexer_scores_batch);
   }
   void candidate_blocks_batch(const OpBatch<CandidateBlocksArgs>& b) override {
-    run_batch(b, [&](const CandidateBlocksArgs& a) { candidate_blocks(a); }, [&](const OpBatch<CandidateBlocksArgs>& m) {
-      if (!cuda::select_batch_fits(m.n)) return Backend::candidate_blocks_batch(m);
-      const CandidateBlocksArgs* d = upload_items(m);
-      cuda::candidate_blocks_batch(m.items, d, m.n, stream_);
-      release(const_cast<CandidateBlocksArgs*>(d));
-    });
+    run_batch(b, &Backend::candidate_blocks, [](const CandidateBlocksArgs*, int64_t n) { return cuda::select_batch_fits(n); },
+              cuda::candidate_blocks_batch);
   }
   void topk_mask_batch(const OpBatch<TopkMaskArgs>& b) override {
-    run_batch(b, [&](const TopkMaskArgs& a) { topk_mask(a); }, [&](const OpBatch<TopkMaskArgs>& m) {
-      if (!cuda::select_batch_fits(m.n)) return Backend::topk_mask_batch(m);
-      const TopkMaskArgs* d = upload_items(m);
-      cuda::topk_mask_batch(m.items, d, m.n, stream_);
-      release(const_cast<TopkMaskArgs*>(d));
-    });
+    run_batch(b, &Backend::topk_mask, [](const TopkMaskArgs*, int64_t n) { return cuda::select_batch_fits(n); },
+              cuda::topk_mask_batch);
   }
   void router(const RouterArgs& a) override { cuda::router(a, stream_); }
   void sample_rows(const SampleRowsArgs& a) override {
