@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cuda/gemm_split.h"
 
@@ -52,4 +53,28 @@ TEST(GemmSplit, ReleasedShapes) {
   };
   for (const Case& c : cases) EXPECT_EQ(gemm_split_segments(c.n, c.k, c.groups, false), c.segments) << c.n << " x " << c.k;
   EXPECT_EQ(gemm_split_segments(2304, 5120, 1, true), 1);  // experts
+}
+
+// The raster order visits every tile of the grid exactly once, row tiles in groups of
+// kRasterRows with the row fastest inside a group.
+TEST(GemmSplit, RasterOrderIsABijectionOfTheGrid) {
+  for (int64_t nx : {1, 3, 64, 257})
+    for (int64_t ny : {1, 2, 7, 8, 9, 33}) {
+      std::vector<int> seen(static_cast<size_t>(nx * ny), 0);
+      for (int64_t y = 0; y < ny; ++y)
+        for (int64_t x = 0; x < nx; ++x) {
+          int col = -1, row = -1;
+          raster_tile(x, y, nx, ny, &col, &row);
+          ASSERT_TRUE(col >= 0 && col < nx && row >= 0 && row < ny) << nx << " x " << ny << ": " << x << ", " << y;
+          ++seen[static_cast<size_t>(row * nx + col)];
+        }
+      for (int v : seen) EXPECT_EQ(v, 1) << nx << " x " << ny;
+    }
+  int col = -1, row = -1;
+  raster_tile(1, 0, 64, 32, &col, &row);  // the second block: the next row tile, same columns
+  EXPECT_EQ(col, 0);
+  EXPECT_EQ(row, 1);
+  raster_tile(8, 0, 64, 32, &col, &row);  // after the group's 8 row tiles, the next column
+  EXPECT_EQ(col, 1);
+  EXPECT_EQ(row, 0);
 }

@@ -30,4 +30,24 @@ inline int64_t gemm_split_segments(int64_t n, int64_t k, int64_t groups, bool gr
   return len > 0 ? (k + len - 1) / len : 1;
 }
 
+#if defined(__CUDACC__)
+#define DI_HOST_DEVICE __host__ __device__
+#else
+#define DI_HOST_DEVICE
+#endif
+// Raster order of a product's blocks: block (x, y) of an nx x ny launch (x fastest, the order
+// blocks start in) computes column tile *col and row tile *row, taken in groups of
+// kRasterRows row tiles with the row tile fastest inside a group. The blocks that read one
+// weight tile then run at about the same time (DRAM once, L2 for the others) while the group's
+// activation rows stay in L2; in x-fastest order every row tile swept all the weights again.
+// A bijection of the grid (tested), so it moves work between blocks, never a bit of a result.
+constexpr int64_t kRasterRows = 8;
+DI_HOST_DEVICE inline void raster_tile(int64_t x, int64_t y, int64_t nx, int64_t ny, int* col, int* row) {
+  const int64_t bid = y * nx + x, per_group = kRasterRows * nx, group = bid / per_group, first = group * kRasterRows;
+  const int64_t rows = ny - first < kRasterRows ? ny - first : kRasterRows, in = bid - group * per_group;
+  *row = static_cast<int>(first + in % rows);
+  *col = static_cast<int>(in / rows);
+}
+#undef DI_HOST_DEVICE
+
 }  // namespace deepinfer::kernels::cuda

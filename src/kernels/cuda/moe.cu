@@ -135,10 +135,14 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   __nv_bfloat16* sB = sA + STAGES * BM * LDS;                        // [STAGES][BN][LDS]
   __shared__ int s_e, s_row0, s_rows;
   const int K = p.k;
+  // The block's place in the launch grid, in raster order (gemm_split.h): groups of row tiles,
+  // row tile fastest, so the blocks sharing a weight tile run together.
+  int bx, by;
+  raster_tile(blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, &bx, &by);
   // The block's product and column tile: one part of a multi-product launch (grid x runs over
   // the parts' column tiles x k segments), or the launch's one product (grid x its column
   // tiles; grid z its groups, times its k segments when split).
-  int N = p.n, S = (K + ks - 1) / ks, g = 0, seg = 0, tx = static_cast<int>(blockIdx.x);
+  int N = p.n, S = (K + ks - 1) / ks, g = 0, seg = 0, tx = bx;
   const __nv_bfloat16* Wb = p.w_dense;
   const WeightView* table = p.w_table;
   float* Yb = p.y;
@@ -149,7 +153,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
 #pragma unroll
     for (int i = 0; i < kMaxBf16Parts; ++i) {
       const Bf16Part& q = p.part_list[i];  // constant indices: read from the parameters in place
-      if (i >= p.parts || static_cast<int>(blockIdx.x) < q.unit0) continue;
+      if (i >= p.parts || bx < q.unit0) continue;
       N = q.n;
       ks = q.ks;
       Wb = q.w_dense;
@@ -158,25 +162,25 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       ldy = q.ldy;
       ws = p.part + q.part_off;
       S = (K + ks - 1) / ks;
-      tx = (static_cast<int>(blockIdx.x) - q.unit0) / S;
-      seg = (static_cast<int>(blockIdx.x) - q.unit0) % S;
-      counter_at = q.counter0 + static_cast<int64_t>(blockIdx.y) * ((N + BN - 1) / BN) + tx;
+      tx = (bx - q.unit0) / S;
+      seg = (bx - q.unit0) % S;
+      counter_at = q.counter0 + static_cast<int64_t>(by) * ((N + BN - 1) / BN) + tx;
     }
     split = S > 1;
   } else if (split) {
     g = static_cast<int>(blockIdx.z) / S;
     seg = static_cast<int>(blockIdx.z) % S;
-    counter_at = (static_cast<int64_t>(g) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    counter_at = (static_cast<int64_t>(g) * gridDim.y + by) * gridDim.x + bx;
   } else {
     g = static_cast<int>(blockIdx.z);
   }
   if (p.offsets) {
     DI_PDL_WAIT();
-    if (!find_tile<BM>(p.offsets, p.experts, static_cast<int>(blockIdx.y), &s_e, &s_row0, &s_rows)) return;
+    if (!find_tile<BM>(p.offsets, p.experts, by, &s_e, &s_row0, &s_rows)) return;
     Wb = static_cast<const __nv_bfloat16*>(table[s_e].data);
   } else {
     if (threadIdx.x == 0) {
-      s_row0 = static_cast<int>(blockIdx.y) * BM;
+      s_row0 = by * BM;
       s_rows = min(BM, p.m - s_row0);
     }
     __syncthreads();
