@@ -523,7 +523,10 @@ __global__ void entries_bf16_k(AttentionArgs a, __nv_bfloat16* out, int64_t cap,
   }
 }
 
-template <int D, int HC>
+// DS: the output channels split over DS CTAs (grid y = head block x DS), each computing the
+// same scores and softmax and its D / DS channels of P·V: more CTAs for a few queries, the
+// same bits (every element is the same chain of mma steps).
+template <int D, int HC, int DS>
 __global__ void __launch_bounds__(kMmaT, 1)
     attention_mma_k(AttentionArgs a, const __nv_bfloat16* entries, const int64_t* seq_e0, int nsplit, float* part_o,
                     float* part_ml, int64_t t_base) {
@@ -531,7 +534,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
   using C = MmaCfg<D, HC>;
   constexpr int TN = kMmaTile, T = kMmaT, QS = C::QS, SS = C::SS;
   constexpr int MT = HC / 16, DG = kMmaWarps / MT, SE = TN / DG, NJ = SE / 8;  // S: a warp's n8 tiles
-  constexpr int DC = D / DG, NT = DC / 8, NS = TN / 8;  // P·V: a warp's channels and n8 tiles; a row's n8 tiles
+  constexpr int DC = D / DS / DG, NT = DC / 8, NS = TN / 8;  // P·V: a warp's channels and n8 tiles; a row's n8 tiles
   static_assert(HC % 16 == 0 && MT <= 4 && NT % 2 == 0 && (NJ == 1 || NJ % 2 == 0), "tiling");
   constexpr int C4 = D / 4, C8 = D / 8;  // float4 chunks of a query row, 16-byte chunks of an entry row
   static_assert(T % C8 == 0, "a thread's chunks of the entry rows share one column");
@@ -544,7 +547,8 @@ __global__ void __launch_bounds__(kMmaT, 1)
 
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, mt = w % MT, grp = w / MT, quad = lane & 3;
   const int64_t tl = blockIdx.x, t = t_base + tl;
-  const int64_t h0 = static_cast<int64_t>(blockIdx.y) * HC, heads = a.heads;
+  const int64_t h0 = static_cast<int64_t>(blockIdx.y / DS) * HC, heads = a.heads;
+  const int c0 = static_cast<int>(blockIdx.y % DS) * (D / DS);  // this CTA's first output channel
   const int split = static_cast<int>(blockIdx.z);
   const int64_t p = a.q_pos[t];
   const QueryEntries qe = entries_of(a, t);
@@ -555,7 +559,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
   vl.start_segment(split, nsplit, c_all);
   vl.fill(visible, s_list, s_scan);
   if (vl.n_list == 0 && split > 0) {  // an empty segment: m = -inf, skipped by the combine
-    store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, nullptr, nullptr);
+    if (c0 == 0) store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, nullptr, nullptr);
     return;
   }
   for (int idx = tid; idx < HC * C4; idx += T) {
@@ -700,7 +704,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
 #pragma unroll
         for (int j = 0; j < NT; j += 2) {
           uint32_t r[4];
-          ldmatrix_x4_trans(r, kt + (k * 16 + (lane & 15)) * QS + grp * DC + j * 8 + (lane >> 4) * 8);
+          ldmatrix_x4_trans(r, kt + (k * 16 + (lane & 15)) * QS + c0 + grp * DC + j * 8 + (lane >> 4) * 8);
           mma_bf16(o[j], pa, r[0], r[1]);
           mma_bf16(o[j + 1], pa, r[2], r[3]);
         }
@@ -716,14 +720,14 @@ __global__ void __launch_bounds__(kMmaT, 1)
     for (int hr = 0; hr < 2; ++hr) {
       const int64_t hh = h0 + r0 + 8 * hr;
       if (hh >= heads) continue;
-      const int col = grp * DC + j * 8 + quad * 2;
+      const int col = c0 + grp * DC + j * 8 + quad * 2;
       if (nsplit == 1)
         *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
       else
         *reinterpret_cast<float2*>(part_o + ((tl * nsplit + split) * heads + hh) * D + col) =
             make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
     }
-  if (nsplit > 1 && grp == 0 && quad == 0)
+  if (nsplit > 1 && grp == 0 && quad == 0 && c0 == 0)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int64_t hh = h0 + r0 + 8 * hr;
@@ -784,11 +788,12 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
   });
 }
 
-// The entries rounded to bf16 (entries_bf16_k), then the tensor-core kernel at HC heads per CTA.
-template <int D, int HC>
+// The entries rounded to bf16 (entries_bf16_k), then the tensor-core kernel at HC heads per CTA,
+// the output channels split over DS CTAs.
+template <int D, int HC, int DS = 1>
 void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s) {
   using C = MmaCfg<D, HC>;
-  opt_in_smem(attention_mma_k<D, HC>, C::bytes);
+  opt_in_smem(attention_mma_k<D, HC, DS>, C::bytes);
   const int64_t n_seqs = a.seqs ? a.n_seqs : 1;
   const int64_t max_rows = a.seqs ? a.max_t_win + a.max_t_comp : a.t_win + ((a.comp && a.comp_sel) ? a.t_comp : 0);
   const int64_t total = a.seqs ? (a.total_entries > 0 ? a.total_entries : n_seqs * max_rows) : max_rows;
@@ -800,7 +805,7 @@ void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s) {
   launch_k(entries_bf16_k, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(n_seqs)), kThreads, 0, s, a, staged, total, seq_e0);
   DI_CUDA_LAUNCHED();
   launch_attention(HC, a, s, [&](dim3 g, int nsplit, float* po, float* pml, int64_t q0) {
-    launch_k(attention_mma_k<D, HC>, g, kMmaT, C::bytes, s, a, staged, seq_e0, nsplit, po, pml, q0);
+    launch_k(attention_mma_k<D, HC, DS>, dim3(g.x, g.y * DS, g.z), kMmaT, C::bytes, s, a, staged, seq_e0, nsplit, po, pml, q0);
   });
   DI_CUDA_CHECK(cudaFreeAsync(staged, s));
   if (seq_e0) DI_CUDA_CHECK(cudaFreeAsync(seq_e0, s));
@@ -808,13 +813,18 @@ void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s) {
 
 // Heads per CTA: 64 when the launch has CTAs enough for two per SM of an H200 (132 SMs),
 // else 32, or 16 when even 32 leaves most SMs idle (decode: the same bits on more SMs; head
-// dims of 128 and up, so a warp's D/8 channels hold two n8 tiles).
+// dims of 128 and up, so a warp's D/8 channels hold two n8 tiles); at 16 heads with fewer CTAs
+// than SMs (a few queries), the 512 output channels over 4 CTAs each.
 template <int D>
 void launch_attention_mma(const AttentionArgs& a, cudaStream_t s) {
   const int64_t ctas64 = a.s * ceil_div(a.heads, 64) * attention_splits(a);
   if (ctas64 >= 264) return launch_attention_mma_hc<D, 64>(a, s);
   if constexpr (D >= 128)
-    if (ctas64 * 2 < 264 && a.heads > 32) return launch_attention_mma_hc<D, 16>(a, s);
+    if (ctas64 * 2 < 264 && a.heads > 32) {
+      if constexpr (D == 512)
+        if (ctas64 * 4 * 4 <= 132 && ceil_div(a.heads, 16) * 4 <= 65535) return launch_attention_mma_hc<D, 16, 4>(a, s);
+      return launch_attention_mma_hc<D, 16>(a, s);
+    }
   launch_attention_mma_hc<D, 32>(a, s);
 }
 
