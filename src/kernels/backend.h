@@ -135,6 +135,11 @@ struct HcCollapseArgs {
   const float* pre = nullptr;  // [rows, hc] fp32
   float* y = nullptr;          // [rows, dim] fp32
   int64_t rows = 0, hc = 4, dim = 0;
+  // Optional: then norm_y = RMSNorm(y) (weight norm_w, may be null; eps norm_eps), exactly what
+  // rms_norm gives on y (a device backend may do both in one pass).
+  const float* norm_w = nullptr;
+  float* norm_y = nullptr;  // [rows, dim] fp32, or null
+  float norm_eps = 1e-20f;
 };
 
 // x_k <- post_k · y + Σ_j comb[j][k] · x_j  (in place on the streams)

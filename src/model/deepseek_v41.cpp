@@ -348,8 +348,8 @@ void DeepseekV41::mhc_site(const Mat& fn, const float* scale, const float* base,
   be_.hc_mixes({.x = s.X.data(), .fn = fn.f32(), .scale = scale, .base = base, .pre = pre, .post = post, .comb = comb,
                 .rows = n, .hc = hc, .dim = D, .sinkhorn_iters = c.hc_sinkhorn_iters,
                 .norm_eps = static_cast<float>(c.rms_norm_eps), .hc_eps = static_cast<float>(c.hc_eps)});
-  be_.hc_collapse({.x = s.X.data(), .pre = collapse_pre, .y = s.xc.data(), .rows = n, .hc = hc, .dim = D});
-  rms(s.xc.data(), norm, s.xn.data(), n, D);
+  be_.hc_collapse({.x = s.X.data(), .pre = collapse_pre, .y = s.xc.data(), .rows = n, .hc = hc, .dim = D, .norm_w = norm,
+                   .norm_y = s.xn.data(), .norm_eps = static_cast<float>(c.rms_norm_eps)});
 }
 
 std::pair<const float*, const float*> DeepseekV41::rope_of(int64_t l, const Scratch& s) const {
@@ -454,8 +454,8 @@ void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
   kernels::Buf<float> Xo(be_, m * hc * D), pre_o(be_, m * hc), xc(be_, m * D), xn(be_, m * D);
   be_.gather_rows({.src = s.X.data(), .idx = d_rows.data(), .dst = Xo.data(), .rows = m, .width = hc * D});
   be_.gather_rows({.src = s.pre.data(), .idx = d_rows.data(), .dst = pre_o.data(), .rows = m, .width = hc});
-  be_.hc_collapse({.x = Xo.data(), .pre = pre_o.data(), .y = xc.data(), .rows = m, .hc = hc, .dim = D});
-  rms(xc.data(), w_.norm, xn.data(), m, D);
+  be_.hc_collapse({.x = Xo.data(), .pre = pre_o.data(), .y = xc.data(), .rows = m, .hc = hc, .dim = D, .norm_w = w_.norm,
+                   .norm_y = xn.data(), .norm_eps = static_cast<float>(cfg_.rms_norm_eps)});
   kernels::Buf<float> lg(be_, m * V);
   linear(xn.data(), m, w_.head, lg.data());
   if (std::any_of(drawn_by.begin(), drawn_by.end(), [](const SeqChunk* ch) { return ch != nullptr; })) {

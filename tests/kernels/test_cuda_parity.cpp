@@ -132,6 +132,17 @@ TEST_P(Parity, HyperConnectionsAndEngramGate) {
   b.gpu->hc_collapse({.x = dx.p, .pre = dpre.p, .y = dy.p, .rows = R, .hc = hc, .dim = d.D});
   b.gpu->synchronize();
   EXPECT_LT(rel_err(y, dy.get()), 1e-5);
+  {  // With the norm (one pass on the GPU): the bits of the collapse then rms_norm.
+    const auto nw = randn(static_cast<size_t>(d.D), 19, 0.5f);
+    Dev<float> dnw(nw), dy2(y.size()), dn2(y.size()), dn(y.size());
+    b.gpu->hc_collapse({.x = dx.p, .pre = dpre.p, .y = dy2.p, .rows = R, .hc = hc, .dim = d.D, .norm_w = dnw.p, .norm_y = dn2.p,
+                        .norm_eps = 1e-6f});
+    b.gpu->rms_norm({.x = dy.p, .w = dnw.p, .y = dn.p, .rows = R, .dim = d.D, .eps = 1e-6f});
+    b.gpu->synchronize();
+    const auto a2 = dy2.get(), a1 = dy.get(), n2 = dn2.get(), n1 = dn.get();
+    EXPECT_EQ(std::memcmp(a2.data(), a1.data(), a1.size() * 4), 0) << "the collapse with the norm";
+    EXPECT_EQ(std::memcmp(n2.data(), n1.data(), n1.size() * 4), 0) << "the norm of the collapse";
+  }
   b.cpu->hc_expand({.x = x.data(), .y = y.data(), .post = post.data(), .comb = comb.data(), .rows = R, .hc = hc, .dim = d.D});
   b.gpu->hc_expand({.x = dx.p, .y = dy.p, .post = dpost.p, .comb = dcomb.p, .rows = R, .hc = hc, .dim = d.D});
   auto kv = randn(static_cast<size_t>(R * (hc + 1) * d.D), 17), w = randn(static_cast<size_t>(hc * d.D), 18);

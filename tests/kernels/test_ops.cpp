@@ -298,6 +298,19 @@ TEST(Ops, MultiMatmulAndGroupedPairsAreTheirProducts) {
   EXPECT_EQ(u, ru);
 }
 
+TEST(Ops, CollapseWithTheNormIsCollapseThenRmsNorm) {
+  auto be = kernels::make_cpu_backend(2);
+  const int64_t rows = 3, hc = 4, dim = 40;
+  const auto x = randn(rows * hc * dim, 21), pre = randn(rows * hc, 22), w = randn(dim, 23);
+  std::vector<float> y(rows * dim), n(rows * dim), y1(rows * dim), n1(rows * dim);
+  be->hc_collapse({.x = x.data(), .pre = pre.data(), .y = y.data(), .rows = rows, .hc = hc, .dim = dim, .norm_w = w.data(),
+                   .norm_y = n.data(), .norm_eps = 1e-6f});
+  be->hc_collapse({.x = x.data(), .pre = pre.data(), .y = y1.data(), .rows = rows, .hc = hc, .dim = dim});
+  be->rms_norm({.x = y1.data(), .w = w.data(), .y = n1.data(), .rows = rows, .dim = dim, .eps = 1e-6f});
+  EXPECT_EQ(y, y1);
+  EXPECT_EQ(n, n1);
+}
+
 TEST(Ops, SwigluClamps) {
   auto be = kernels::make_cpu_backend(1);
   std::vector<float> g = {20.0f, -3.0f}, u = {50.0f, -50.0f}, wt = {2.0f}, out(2);

@@ -60,7 +60,10 @@ class CpuBackend final : public Backend {
   void rope(const RopeArgs& a) override { cpu::rope(pool_, a); }
   void fake_quant(const FakeQuantArgs& a) override { cpu::fake_quant(pool_, a); }
   void hc_mixes(const HcMixesArgs& a) override { cpu::hc_mixes(pool_, a); }
-  void hc_collapse(const HcCollapseArgs& a) override { cpu::hc_collapse(pool_, a); }
+  void hc_collapse(const HcCollapseArgs& a) override {
+    cpu::hc_collapse(pool_, a);
+    if (a.norm_y) cpu::rms_norm(pool_, {.x = a.y, .w = a.norm_w, .y = a.norm_y, .rows = a.rows, .dim = a.dim, .eps = a.norm_eps});
+  }
   void hc_expand(const HcExpandArgs& a) override { cpu::hc_expand(pool_, a); }
   void attention(const AttentionArgs& a) override { cpu::attention(pool_, a); }
   void compress_pool(const CompressPoolArgs& a) override { cpu::compress_pool(pool_, a); }

@@ -339,8 +339,45 @@ __global__ void hc_collapse_k(HcCollapseArgs a) {
   if (i >= a.rows * a.dim) return;
   const int64_t r = i / a.dim, d = i % a.dim;
   float s = 0.0f;
-  for (int64_t k = 0; k < a.hc; ++k) s += a.pre[r * a.hc + k] * a.x[(r * a.hc + k) * a.dim + d];
+  for (int64_t k = 0; k < a.hc; ++k) s = fmaf(a.pre[r * a.hc + k], a.x[(r * a.hc + k) * a.dim + d], s);
   a.y[i] = s;
+}
+
+// Collapse and RMSNorm in one pass, a block per row: each element is hc_collapse_k's (the same
+// fmaf chain over the streams), the row's sum of squares and the scaling rms_norm_v4_k's (the
+// same per-thread float4 chunks and block reduction), so the bits are those of the two launches.
+__global__ void __launch_bounds__(kNormThreads) hc_collapse_norm_k(HcCollapseArgs a) {
+  DI_PDL_ENTRY();
+  const int64_t r = blockIdx.x, dim = a.dim, n4 = dim / 4;
+  float4 v[kNormCache], g[kNormCache];
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) {
+    const int64_t i = threadIdx.x + j * kNormThreads;
+    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n4)
+      for (int64_t k = 0; k < a.hc; ++k) {
+        const float4 x = reinterpret_cast<const float4*>(a.x + (r * a.hc + k) * dim)[i];
+        const float pk = a.pre[r * a.hc + k];
+        s = make_float4(fmaf(pk, x.x, s.x), fmaf(pk, x.y, s.y), fmaf(pk, x.z, s.z), fmaf(pk, x.w, s.w));
+      }
+    v[j] = s;
+    g[j] = a.norm_w && i < n4 ? reinterpret_cast<const float4*>(a.norm_w)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n4) reinterpret_cast<float4*>(a.y + r * dim)[i] = s;
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+  ss = block_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + a.norm_eps);
+  float4* yr = reinterpret_cast<float4*>(a.norm_y + r * dim);
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) {
+    const int64_t i = threadIdx.x + j * kNormThreads;
+    if (i >= n4) break;
+    float4 o = make_float4(v[j].x * inv, v[j].y * inv, v[j].z * inv, v[j].w * inv);
+    if (a.norm_w) o = make_float4(g[j].x * o.x, g[j].y * o.y, g[j].z * o.z, g[j].w * o.w);
+    yr[i] = o;
+  }
 }
 
 __global__ void hc_expand_k(HcExpandArgs a) {
@@ -469,8 +506,17 @@ void hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) 
 }
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s) {
   if (a.rows * a.dim == 0) return;
+  using detail::aligned16;
+  // With the norm: one pass where rms_norm would take its float4 kernel, else the two launches.
+  if (a.norm_y && a.dim % 4 == 0 && a.dim <= 4 * kNormCache * kNormThreads && aligned16(a.x) && aligned16(a.y) &&
+      aligned16(a.norm_y) && (!a.norm_w || aligned16(a.norm_w))) {
+    launch_k(hc_collapse_norm_k, static_cast<unsigned>(a.rows), kNormThreads, 0, s, a);
+    DI_CUDA_LAUNCHED();
+    return;
+  }
   launch_k(hc_collapse_k, grid(a.rows * a.dim), kThreads, 0, s, a);
   DI_CUDA_LAUNCHED();
+  if (a.norm_y) rms_norm({.x = a.y, .w = a.norm_w, .y = a.norm_y, .rows = a.rows, .dim = a.dim, .eps = a.norm_eps}, s);
 }
 void hc_expand(const HcExpandArgs& a, cudaStream_t s) {
   if (a.rows * a.dim == 0) return;
