@@ -813,16 +813,19 @@ void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s) {
 
 // Heads per CTA: 64 when the launch has CTAs enough for two per SM of an H200 (132 SMs),
 // else 32, or 16 when even 32 leaves most SMs idle (decode: the same bits on more SMs; head
-// dims of 128 and up, so a warp's D/8 channels hold two n8 tiles); at 16 heads with fewer CTAs
-// than SMs (a few queries), the 512 output channels over 4 CTAs each.
+// dims of 128 and up, so a warp's D/8 channels hold two n8 tiles); at 16 heads, when four
+// times the CTAs still fit the SMs in one wave (a few queries), the 512 output channels over 4
+// CTAs each.
 template <int D>
 void launch_attention_mma(const AttentionArgs& a, cudaStream_t s) {
   const int64_t ctas64 = a.s * ceil_div(a.heads, 64) * attention_splits(a);
   if (ctas64 >= 264) return launch_attention_mma_hc<D, 64>(a, s);
   if constexpr (D >= 128)
     if (ctas64 * 2 < 264 && a.heads > 32) {
-      if constexpr (D == 512)
-        if (ctas64 * 4 * 4 <= 132 && ceil_div(a.heads, 16) * 4 <= 65535) return launch_attention_mma_hc<D, 16, 4>(a, s);
+      if constexpr (D == 512) {
+        const int64_t ctas16 = a.s * ceil_div(a.heads, 16) * attention_splits(a);
+        if (ctas16 * 4 <= 132 && ceil_div(a.heads, 16) * 4 <= 65535) return launch_attention_mma_hc<D, 16, 4>(a, s);
+      }
       return launch_attention_mma_hc<D, 16>(a, s);
     }
   launch_attention_mma_hc<D, 32>(a, s);
