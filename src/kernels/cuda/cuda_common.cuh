@@ -33,11 +33,13 @@ namespace deepinfer::kernels::cuda {
 // attribute), then launch_dependents, which lets the next kernel's blocks be scheduled while
 // this one runs (they wait in their own DI_PDL_ENTRY). No memory is touched before the wait,
 // so the order of every read and write is the plain stream order; what overlaps is a launch's
-// setup and block dispatch with its predecessor's last blocks. The one exception: the dense
-// bf16 products (gemm_bf16_k) start loading their weights before the wait. That needs the
-// weights settled before any product runs: they are written only while a model loads (uploads,
-// which up to 64 KB are kernels too, and random fills), and loading ends with a synchronize
-// (model/weights.cpp). launch_k launches with the attribute unless DEEPINFER_CUDA_PDL=0.
+// setup and block dispatch with its predecessor's last blocks. Two exceptions: the dense bf16
+// products (gemm_bf16_k) start loading their weights before the wait. That needs the weights
+// settled before any product runs: they are written only while a model loads (uploads, which
+// up to 64 KB are kernels too, and random fills), and loading ends with a synchronize
+// (model/weights.cpp). And host_copy_k reads its source (the pinned staging ring, written by
+// the host before the launch and reused only after the stream drains) before the wait.
+// launch_k launches with the attribute unless DEEPINFER_CUDA_PDL=0.
 #define DI_PDL_WAIT() asm volatile("griddepcontrol.wait;\n" ::: "memory")
 #define DI_PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;\n" :::)
 #define DI_PDL_ENTRY() \

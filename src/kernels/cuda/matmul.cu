@@ -43,14 +43,20 @@ __global__ void to_bf16_k(const float* x, int64_t m, int64_t mp, int64_t k, int6
 }
 
 // dst[0, n) = src[0, n), src in mapped pinned host memory: 16-byte chunks when both are aligned.
+// Reads its source (the pinned staging ring) before the programmatic wait: the host wrote it
+// before the launch, and the ring reuses a slot only after the stream has drained (upload), so
+// the PCIe round trip overlaps the kernel before it; the device writes wait as every kernel's do.
 __global__ void host_copy_k(void* dst, const void* src, int64_t n) {
-  DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) % 16 == 0) {
-    if (i < n / 16) reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
     const int64_t tail = n / 16 * 16 + i;
-    if (i < n % 16) static_cast<uint8_t*>(dst)[tail] = static_cast<const uint8_t*>(src)[tail];
+    const uint4 v = i < n / 16 ? reinterpret_cast<const uint4*>(src)[i] : make_uint4(0u, 0u, 0u, 0u);
+    const uint8_t b = i < n % 16 ? static_cast<const uint8_t*>(src)[tail] : uint8_t{0};
+    DI_PDL_ENTRY();
+    if (i < n / 16) reinterpret_cast<uint4*>(dst)[i] = v;
+    if (i < n % 16) static_cast<uint8_t*>(dst)[tail] = b;
   } else {
+    DI_PDL_ENTRY();
     for (int64_t j = i; j < n; j += static_cast<int64_t>(gridDim.x) * blockDim.x)
       static_cast<uint8_t*>(dst)[j] = static_cast<const uint8_t*>(src)[j];
   }
