@@ -455,6 +455,22 @@ TEST(CudaMultiSequence, IndexerBatchIsEachSequencesCall) {
   // selected something: the decode item keeps min(k, visible) entries.
   const auto sel0 = sel_many[0]->get();
   EXPECT_EQ(std::count(sel0.begin(), sel0.end(), uint8_t{1}), k);
+  // A batch of single queries takes the narrow tile (the mixed batch above, the wide one for
+  // every item; each single call, the narrow one): the same scores either way.
+  std::vector<IndexerScoreArgs> decode_ops;
+  std::vector<std::unique_ptr<Dev<float>>> dec;
+  for (size_t i : {size_t{0}, size_t{1}, size_t{3}}) {
+    dec.push_back(std::make_unique<Dev<float>>(std::vector<float>(static_cast<size_t>(shape[i].s * shape[i].t), NAN)));
+    decode_ops.push_back(score_ops[i]);
+    decode_ops.back().scores = dec.back()->p;
+  }
+  b.gpu->indexer_scores_batch({.items = decode_ops.data(), .n = static_cast<int64_t>(decode_ops.size())});
+  b.gpu->synchronize();
+  for (size_t j = 0; j < dec.size(); ++j) {
+    const size_t i = j == 2 ? 3 : j;
+    const auto a = one[i]->get(), c = dec[j]->get();
+    EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * 4), 0) << "scores of single query " << i << " in a batch of single queries";
+  }
 }
 
 // copy_batch and dequant_packed_batch against their single forms.

@@ -490,17 +490,22 @@ void launch_hc_project(const HcMixesArgs& a, float* part, int* counters, cudaStr
   DI_CUDA_LAUNCHED();
 }
 
-// Up to 1024 rows: a row per warp, the mixes 6 per block (more blocks), their fn slice and the
-// rows' slices staged in shared memory when aligned and within 96 KB; above, 4 rows per warp
-// and every mix in one block (the weights read once per 32 rows). Either way the same bits.
+// Up to 1024 rows: a row per warp, the mixes 6 per block (more blocks; 3 up to 8 rows), their
+// fn slice and the rows' slices staged in shared memory when aligned and within 96 KB; above, 4
+// rows per warp and every mix in one block (the weights read once per 32 rows). Either way the
+// same bits.
 template <int HC>
 void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) {
   const int nmix = static_cast<int>((2 + a.hc) * a.hc);
   const int64_t width = a.hc * a.dim, len = ceil_div(width, kMixSlices);
-  const size_t smem = static_cast<size_t>((6 + std::min<int64_t>(kMixWarps, a.rows)) * len) * sizeof(float);
+  // One row block (decode at small batches): the mixes 3 per block, twice the blocks sharing
+  // the loads of fn (the same sums: a mix's chain over its slice does not depend on its group).
+  const int group = a.rows <= kMixWarps ? 3 : 6;
+  const size_t smem = static_cast<size_t>((group + std::min<int64_t>(kMixWarps, a.rows)) * len) * sizeof(float);
   const bool stage =
       width % 4 == 0 && len % 4 == 0 && detail::aligned16(a.fn) && detail::aligned16(a.x) && smem <= 96 * 1024;
-  if (a.rows <= 1024 && stage) launch_hc_project<6, HC, 1, true>(a, part, counters, s, nmix, smem);
+  if (group == 3 && stage) launch_hc_project<3, HC, 1, true>(a, part, counters, s, nmix, smem);
+  else if (a.rows <= 1024 && stage) launch_hc_project<6, HC, 1, true>(a, part, counters, s, nmix, smem);
   else if (a.rows <= 1024) launch_hc_project<6, HC, 1, false>(a, part, counters, s, nmix, 0);
   else if (nmix == 24) launch_hc_project<24, HC, 4, false>(a, part, counters, s, nmix, 0);  // hc = 4
   else launch_hc_project<kMaxMix, HC, 2, false>(a, part, counters, s, nmix, 0);

@@ -65,13 +65,28 @@ __global__ void candidate_blocks_k(CandidateBlocksArgs a, float* block_scores, u
 
 constexpr int kSelThreads = 256;
 
+// The keys of a row are computed once into shared memory (dynamic, kKeyCache of them at most)
+// when they fit: the radix passes read them there rather than recomputing each from global
+// memory in every pass (the same keys, so the same selection). Larger rows compute them per pass.
+constexpr int64_t kKeyCache = 12288;  // 48 KB: no opt-in
+size_t key_cache_bytes(int64_t n) { return static_cast<size_t>(std::min(n, kKeyCache)) * sizeof(uint32_t); }
+
+template <class KeyF, class OutF>
+__device__ __forceinline__ void cached_topk(int64_t n, int64_t k, KeyF key, OutF out, SelShared& sh) {
+  extern __shared__ uint32_t s_keys[];
+  if (n > kKeyCache) return block_topk(n, k, key, out, sh);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s_keys[j] = key(j);
+  __syncthreads();
+  block_topk(n, k, [&](int64_t j) { return s_keys[j]; }, out, sh);
+}
+
 // Row s of one call (a batch's grid covers its largest item: rows past this item's return).
 __device__ __forceinline__ void topk_row(const TopkMaskArgs& a, int64_t s, SelShared& sh) {
   if (s >= a.s) return;
   const float* sc = a.scores + s * a.t;
   const uint8_t* rs = a.restrict_to ? a.restrict_to + s * a.t : nullptr;
   uint8_t* selected = a.selected + s * a.t;
-  block_topk(
+  cached_topk(
       a.t, a.k, [&](int64_t j) { return (rs && !rs[j]) ? 0u : order_key(sc[j]); },
       [&](int64_t j, bool v) { selected[j] = v ? 1 : 0; }, sh);
 }
@@ -93,7 +108,7 @@ __device__ __forceinline__ void candidate_row(const CandidateBlocksArgs& a, int6
   uint8_t* keep = a.keep + s * a.t;
   const int64_t len = (a.q_pos[s] + 1) / a.ratio;
   const int64_t last = len - 1 >= 0 ? (len - 1) / bs : -1;  // the newest visible position's block: pinned
-  block_topk(
+  cached_topk(
       nb, a.topk_blocks,
       [&](int64_t b) {
         if (b == last) return order_key(INFINITY);
@@ -187,7 +202,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
 void topk_mask(const TopkMaskArgs& a, cudaStream_t s) {
   if (a.s == 0) return;
   if (!legacy_forced()) {
-    launch_k(topk_mask_block_k, static_cast<unsigned>(a.s), kSelThreads, 0, s, a);
+    launch_k(topk_mask_block_k, static_cast<unsigned>(a.s), kSelThreads, key_cache_bytes(a.t), s, a);
   } else {
     launch_k(topk_mask_k, grid(a.s), kThreads, 0, s, a);
   }
@@ -196,7 +211,7 @@ void topk_mask(const TopkMaskArgs& a, cudaStream_t s) {
 void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s) {
   if (a.s == 0) return;
   if (!legacy_forced()) {
-    launch_k(candidate_blocks_block_k, static_cast<unsigned>(a.s), kSelThreads, 0, s, a);
+    launch_k(candidate_blocks_block_k, static_cast<unsigned>(a.s), kSelThreads, key_cache_bytes(ceil_div(a.t, a.block_size)), s, a);
     DI_CUDA_LAUNCHED();
     return;
   }
@@ -216,19 +231,29 @@ int64_t max_rows(const Args* items, int64_t n) {
   for (int64_t i = 0; i < n; ++i) m = std::max(m, items[i].s);
   return m;
 }
+// The most keys an item's row has (the key cache a batch launch needs); key(item) its count.
+template <class Args, class KeyCount>
+int64_t max_keys(const Args* items, int64_t n, KeyCount key) {
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, key(items[i]));
+  return m;
+}
 bool select_batch_fits(int64_t n) { return !legacy_forced() && n >= 1 && n <= 65535; }
 void topk_mask_batch(const TopkMaskArgs* host_items, const TopkMaskArgs* dev_items, int64_t n, cudaStream_t s) {
   const int64_t rows = max_rows(host_items, n);
   if (rows == 0) return;
-  launch_k(topk_mask_batch_k, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(n)), kSelThreads, 0, s, dev_items);
+  const int64_t keys = max_keys(host_items, n, [](const TopkMaskArgs& a) { return a.t; });
+  launch_k(topk_mask_batch_k, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(n)), kSelThreads, key_cache_bytes(keys),
+           s, dev_items);
   DI_CUDA_LAUNCHED();
 }
 void candidate_blocks_batch(const CandidateBlocksArgs* host_items, const CandidateBlocksArgs* dev_items, int64_t n,
                             cudaStream_t s) {
   const int64_t rows = max_rows(host_items, n);
   if (rows == 0) return;
-  launch_k(candidate_blocks_batch_k, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(n)), kSelThreads, 0, s,
-           dev_items);
+  const int64_t keys = max_keys(host_items, n, [](const CandidateBlocksArgs& a) { return ceil_div(a.t, a.block_size); });
+  launch_k(candidate_blocks_batch_k, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(n)), kSelThreads,
+           key_cache_bytes(keys), s, dev_items);
   DI_CUDA_LAUNCHED();
 }
 void router(const RouterArgs& a, cudaStream_t s) {
