@@ -153,8 +153,8 @@ TEST_P(Parity, HyperConnectionsAndEngramGate) {
   EXPECT_LT(rel_err(x, dx.get()), 1e-5);
 }
 
-// mHC mixes of 1030 rows at the released width (4 rows per warp, every mix in one block)
-// against the CPU, and rows alone (a row per warp, 6 mixes per block, the fn slice staged in
+// mHC mixes of 1030 rows at the released width (4 rows per warp, every mix in one block, the
+// slices in chunks through shared memory) against the CPU, and rows alone (a row per warp, 6 mixes per block, the fn slice staged in
 // shared memory; and unstaged, fn at an address not 16-byte aligned) giving their bits in the
 // batch.
 TEST(CudaHyperConnections, MixesOfARowAloneAreItsBitsInABatch) {
@@ -187,6 +187,7 @@ TEST(CudaHyperConnections, MixesOfARowAloneAreItsBitsInABatch) {
     EXPECT_EQ(0, std::memcmp(c1.get().data(), all_comb.data() + r0 * hc * hc, c1.n * sizeof(float))) << what;
   };
   same_bits(0, 40, dfn.p, "rows 0..39 (a row per warp, staged; more than 48 KB of shared memory)");
+  same_bits(0, R, dfn1.p + 1, "all rows, fn not 16-byte aligned (from global memory, not in chunks through shared memory)");
   for (int64_t r : {int64_t{0}, int64_t{517}, R - 1}) {
     same_bits(r, 1, dfn.p, "row " + std::to_string(r) + " staged");
     same_bits(r, 1, dfn1.p + 1, "row " + std::to_string(r) + " unstaged");

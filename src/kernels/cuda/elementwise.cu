@@ -254,15 +254,22 @@ __global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
 }
 
 // Block (group of kMixWarps * R rows, slice, group of NMIX mixes: grid z), warp w its rows
-// R w .. R w + R - 1. STAGED (R = 1): the block's slices of fn and of its rows first go to
-// shared memory in one cp.async batch (dynamic, (NMIX + rows) x len floats; one memory
-// latency instead of one per unrolled round of loads). With counters (zeroed, left zeroed):
-// the last block of a row block to finish runs hc_mixes_row for its rows, each warp every 8th
-// (one launch for the whole op).
-template <int NMIX, int HC, int R, bool STAGED>
-__global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float* part, int* counters) {
+// R w .. R w + R - 1. MODE kMixGlobal: every load from global memory. kMixStaged (R = 1): the
+// block's slices of fn and of its rows first go to shared memory in one cp.async batch
+// (dynamic, (NMIX + rows) x len floats; one memory latency instead of one per unrolled round of
+// loads). kMixChunked (many rows): the slice in chunks of kMixChunk elements, fn's and the
+// block's rows' chunks double-buffered in shared memory by cp.async (dynamic, 2 x (NMIX +
+// kMixWarps R) x kMixChunk floats): fn comes from L2 once per block, not once per warp, and no
+// warp waits on a load in its loop. Every mode takes a lane's elements in the same order, so
+// the same bits. With counters (zeroed, left zeroed): the last block of a row block to finish
+// runs hc_mixes_row for its rows, each warp every 8th (one launch for the whole op).
+enum : int { kMixGlobal = 0, kMixStaged = 1, kMixChunked = 2 };
+constexpr int kMixChunk = 128;
+template <int NMIX, int HC, int R, int MODE>
+__global__ void __launch_bounds__(kMixThreads, MODE == kMixChunked ? 2 : 1) hc_project_k(HcMixesArgs a, float* part, int* counters) {
   DI_PDL_ENTRY();
-  static_assert(!STAGED || R == 1, "staging holds a row per warp");
+  static_assert(MODE != kMixStaged || R == 1, "staging holds a row per warp");
+  constexpr bool STAGED = MODE == kMixStaged;
   extern __shared__ __align__(16) float s_fn[];  // STAGED: fn [NMIX][len], then the block's rows [<= 8][len]
   const int64_t width = a.hc * a.dim, nmix = (2 + a.hc) * a.hc;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -286,12 +293,57 @@ __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float
     detail::cp_async_wait<0>();
     __syncthreads();
   }
-  if (nr > 0) {
-    float acc[R][NMIX + 1];
+  float acc[R][NMIX + 1];
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int j = 0; j <= NMIX; ++j) acc[r][j] = 0.0f;
+    for (int j = 0; j <= NMIX; ++j) acc[r][j] = 0.0f;
+  if constexpr (MODE == kMixChunked) {
+    // len a multiple of kMixChunk, every mix in the block (NMIX = nmix), fn and x 16-byte
+    // aligned (the launch checks). Rows past the end stage zeros and are never stored.
+    constexpr int BR = kMixWarps * R, STAGE = (NMIX + BR) * kMixChunk, C4 = kMixChunk / 4;
+    const int nchunks = static_cast<int>(len / kMixChunk);
+    auto load = [&](int c, int buf) {
+      float* dst = s_fn + buf * STAGE;
+      const int64_t e0 = i0 + static_cast<int64_t>(c) * kMixChunk;
+      for (int q = threadIdx.x; q < (NMIX + BR) * C4; q += kMixThreads) {
+        const int row = q / C4, c4 = q - row * C4;
+        if (row < NMIX) {
+          detail::cp_async16(dst + row * kMixChunk + c4 * 4, a.fn + (mix0 + row) * width + e0 + c4 * 4);
+        } else {
+          const int64_t gr = rb0 + (row - NMIX);
+          if (gr < a.rows) detail::cp_async16(dst + row * kMixChunk + c4 * 4, a.x + gr * width + e0 + c4 * 4);
+          else *reinterpret_cast<float4*>(dst + row * kMixChunk + c4 * 4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+      }
+      detail::cp_async_commit();
+    };
+    load(0, 0);
+    for (int c = 0; c < nchunks; ++c) {
+      if (c + 1 < nchunks) {
+        load(c + 1, (c + 1) & 1);
+        detail::cp_async_wait<1>();
+      } else {
+        detail::cp_async_wait<0>();
+      }
+      __syncthreads();
+      const float* buf = s_fn + (c & 1) * STAGE;
+#pragma unroll 1
+      for (int k = 0; k < kMixChunk; k += 32) {
+        float f[NMIX];
+#pragma unroll
+        for (int j = 0; j < NMIX; ++j) f[j] = buf[j * kMixChunk + k + lane];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float v = buf[(NMIX + warp * R + r) * kMixChunk + k + lane];
+          acc[r][0] = fmaf(v, v, acc[r][0]);
+#pragma unroll
+          for (int j = 0; j < NMIX; ++j) acc[r][j + 1] = fmaf(v, f[j], acc[r][j + 1]);
+        }
+      }
+      __syncthreads();  // the buffer is free for the chunk after next
+    }
+  } else if (nr > 0) {
     constexpr int kUnroll = STAGED ? 16 : 2;  // global loads in flight: x only when fn is staged
 #pragma unroll kUnroll
     for (int64_t i = i0 + lane; i < i1; i += 32) {
@@ -308,15 +360,15 @@ __global__ void __launch_bounds__(kMixThreads) hc_project_k(HcMixesArgs a, float
         for (int j = 0; j < NMIX; ++j) acc[r][j + 1] = fmaf(v, f[j], acc[r][j + 1]);
       }
     }
+  }
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r >= nr) break;
+  for (int r = 0; r < R; ++r) {
+    if (r >= nr) break;
 #pragma unroll
-      for (int j = 0; j <= NMIX; ++j) {
-        const float v = warp_sum(acc[r][j]);
-        if (lane == 0 && (j == 0 ? mix0 == 0 : mix0 + j <= nmix))
-          part[((r0 + r) * kMixSlices + slice) * (kMaxMix + 1) + (j == 0 ? 0 : mix0 + j)] = v;
-      }
+    for (int j = 0; j <= NMIX; ++j) {
+      const float v = warp_sum(acc[r][j]);
+      if (lane == 0 && (j == 0 ? mix0 == 0 : mix0 + j <= nmix))
+        part[((r0 + r) * kMixSlices + slice) * (kMaxMix + 1) + (j == 0 ? 0 : mix0 + j)] = v;
     }
   }
   if (!counters) return;
@@ -392,17 +444,27 @@ __global__ void __launch_bounds__(kNormThreads) hc_collapse_norm_k(HcCollapseArg
   }
 }
 
+// HC: the stream count when known at compile time (4: the streams in registers; a runtime
+// count indexes a local array), else 0 (at most kMaxStreams).
+template <int HC>
 __global__ void hc_expand_k(HcExpandArgs a) {
   DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= a.rows * a.dim) return;
-  const int64_t r = i / a.dim, d = i % a.dim, hc = a.hc;
-  float res[8];
-  for (int64_t j = 0; j < hc; ++j) res[j] = a.x[(r * hc + j) * a.dim + d];
-  for (int64_t k = 0; k < hc; ++k) {
+  const int64_t r = i / a.dim, d = i % a.dim, hc = HC ? HC : a.hc;
+  constexpr int N = HC ? HC : kMaxStreams;
+  float res[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) res[j] = j < hc ? a.x[(r * hc + j) * a.dim + d] : 0.0f;
+  const float yd = a.y[r * a.dim + d];
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    if (k >= hc) break;
     float mixed = 0.0f;
-    for (int64_t j = 0; j < hc; ++j) mixed += a.comb[r * hc * hc + j * hc + k] * res[j];
-    a.x[(r * hc + k) * a.dim + d] = a.post[r * hc + k] * a.y[r * a.dim + d] + mixed;
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      if (j < hc) mixed += a.comb[r * hc * hc + j * hc + k] * res[j];
+    a.x[(r * hc + k) * a.dim + d] = a.post[r * hc + k] * yd + mixed;
   }
 }
 
@@ -477,13 +539,13 @@ void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStrea
 int64_t hc_mixes_scratch(int64_t rows) { return rows * kMixSlices * (kMaxMix + 1); }
 
 namespace {
-template <int NMIX, int HC, int R, bool STAGED>
+template <int NMIX, int HC, int R, int MODE>
 void launch_hc_project(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s, int nmix, size_t smem) {
   const unsigned row_blocks = static_cast<unsigned>(ceil_div(a.rows, kMixWarps * R));
   if (row_blocks > kMixCounters) counters = nullptr;
-  if (STAGED && smem > 48 * 1024) opt_in_smem(hc_project_k<NMIX, HC, R, STAGED>, smem);
-  launch_k(hc_project_k<NMIX, HC, R, STAGED>, dim3(row_blocks, kMixSlices, static_cast<unsigned>(ceil_div(nmix, NMIX))),
-           kMixThreads, STAGED ? smem : 0, s, a, part, counters);
+  if (smem > 48 * 1024) opt_in_smem(hc_project_k<NMIX, HC, R, MODE>, smem);
+  launch_k(hc_project_k<NMIX, HC, R, MODE>, dim3(row_blocks, kMixSlices, static_cast<unsigned>(ceil_div(nmix, NMIX))),
+           kMixThreads, smem, s, a, part, counters);
   DI_CUDA_LAUNCHED();
   if (counters) return;  // finished by each row block's last block
   launch_k(hc_mixes_k<HC>, static_cast<unsigned>(a.rows), 32, 0, s, a, part);
@@ -491,24 +553,26 @@ void launch_hc_project(const HcMixesArgs& a, float* part, int* counters, cudaStr
 }
 
 // Up to 1024 rows: a row per warp, the mixes 6 per block (more blocks; 3 up to 8 rows), their
-// fn slice and the rows' slices staged in shared memory when aligned and within 96 KB; above, 4
-// rows per warp and every mix in one block (the weights read once per 32 rows). Either way the
-// same bits.
+// fn slice and the rows' slices staged in shared memory when aligned and within 96 KB; above,
+// 4 rows per warp and every mix in one block (the weights read once per 32 rows), in chunks
+// through shared memory when hc = 4 and the slices divide into chunks. Always the same bits.
 template <int HC>
 void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) {
   const int nmix = static_cast<int>((2 + a.hc) * a.hc);
   const int64_t width = a.hc * a.dim, len = ceil_div(width, kMixSlices);
+  const bool aligned = width % 4 == 0 && detail::aligned16(a.fn) && detail::aligned16(a.x);
   // One row block (decode at small batches): the mixes 3 per block, twice the blocks sharing
   // the loads of fn (the same sums: a mix's chain over its slice does not depend on its group).
   const int group = a.rows <= kMixWarps ? 3 : 6;
   const size_t smem = static_cast<size_t>((group + std::min<int64_t>(kMixWarps, a.rows)) * len) * sizeof(float);
-  const bool stage =
-      width % 4 == 0 && len % 4 == 0 && detail::aligned16(a.fn) && detail::aligned16(a.x) && smem <= 96 * 1024;
-  if (group == 3 && stage) launch_hc_project<3, HC, 1, true>(a, part, counters, s, nmix, smem);
-  else if (a.rows <= 1024 && stage) launch_hc_project<6, HC, 1, true>(a, part, counters, s, nmix, smem);
-  else if (a.rows <= 1024) launch_hc_project<6, HC, 1, false>(a, part, counters, s, nmix, 0);
-  else if (nmix == 24) launch_hc_project<24, HC, 4, false>(a, part, counters, s, nmix, 0);  // hc = 4
-  else launch_hc_project<kMaxMix, HC, 2, false>(a, part, counters, s, nmix, 0);
+  const bool stage = aligned && len % 4 == 0 && smem <= 96 * 1024;
+  if (group == 3 && stage) launch_hc_project<3, HC, 1, kMixStaged>(a, part, counters, s, nmix, smem);
+  else if (a.rows <= 1024 && stage) launch_hc_project<6, HC, 1, kMixStaged>(a, part, counters, s, nmix, smem);
+  else if (a.rows <= 1024) launch_hc_project<6, HC, 1, kMixGlobal>(a, part, counters, s, nmix, 0);
+  else if (nmix == 24 && aligned && width % (kMixSlices * kMixChunk) == 0)  // hc = 4
+    launch_hc_project<24, HC, 4, kMixChunked>(a, part, counters, s, nmix, size_t{2} * (24 + kMixWarps * 4) * kMixChunk * sizeof(float));
+  else if (nmix == 24) launch_hc_project<24, HC, 4, kMixGlobal>(a, part, counters, s, nmix, 0);
+  else launch_hc_project<kMaxMix, HC, 2, kMixGlobal>(a, part, counters, s, nmix, 0);
 }
 }  // namespace
 
@@ -538,7 +602,12 @@ void hc_collapse(const HcCollapseArgs& a, cudaStream_t s) {
 }
 void hc_expand(const HcExpandArgs& a, cudaStream_t s) {
   if (a.rows * a.dim == 0) return;
-  launch_k(hc_expand_k, grid(a.rows * a.dim), kThreads, 0, s, a);
+  if (a.hc > kMaxStreams) {
+    std::fprintf(stderr, "deepinfer: hc_expand supports at most %d streams\n", kMaxStreams);
+    std::abort();
+  }
+  if (a.hc == 4) launch_k(hc_expand_k<4>, grid(a.rows * a.dim), kThreads, 0, s, a);
+  else launch_k(hc_expand_k<0>, grid(a.rows * a.dim), kThreads, 0, s, a);
   DI_CUDA_LAUNCHED();
 }
 void engram_gate(const EngramGateArgs& a, cudaStream_t s) {
