@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A decode step's timeline from tools/kernel_trace.cpp's CSV (scripts/device_run.sh, stage trace).
 
-Steps end at each launch of the run's last kernel (the decode step's draw on the GPU). For the
-last full step: its wall time (from the end of the previous step's last kernel to the end of its
+Steps end at each run of launches of the run's last kernel (the decode step's draw on the GPU).
+For the last full step: its wall time (from the end of the previous step's last kernel to the end of its
 own), the time the GPU ran something, the gaps where it ran nothing, and per kernel name the
 exclusive time: end - max(start, the previous record's end), so a kernel launched early by
 programmatic dependent launch (whose blocks wait at griddepcontrol.wait) is charged only from
@@ -26,7 +26,10 @@ kernels = [r for r in rows if r[2] == "kernel"]
 if not kernels:
     sys.exit("no kernels in the trace")
 last = short(kernels[-1][5])
+# A step's end: a launch of the last kernel not directly after another (a step may draw its rows
+# in several launches of it).
 marks = [i for i, r in enumerate(rows) if r[2] == "kernel" and short(r[5]) == last]
+marks = [i for j, i in enumerate(marks) if j + 1 == len(marks) or marks[j + 1] != i + 1]
 print(f"{len(rows)} records, {len(marks)} ends of a step ({last})")
 if len(marks) < 2:
     sys.exit(0)
