@@ -266,10 +266,16 @@ class CudaBackend final : public Backend {
       p.part_list[i] = {.w_dense = static_cast<const __nv_bfloat16*>(o.w.data), .y = o.y, .ldy = o.n,
                         .n = static_cast<int>(o.n)};
     }
-    if (!one || !cuda::gemm_bf16_parts_fit(p) || !cuda::gemm_bf16_takes_f32(p) ||
-        reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || a.k % 4 != 0)
-      return Backend::multi_matmul(a);
-    gemm_bf16_from(p, a.x, a.m, a.k, a.k);
+    if (one && cuda::gemm_bf16_parts_fit(p) && cuda::gemm_bf16_takes_f32(p) && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+        a.k % 4 == 0)
+      return gemm_bf16_from(p, a.x, a.m, a.k, a.k);
+    // One product each. Above the decode tiling's rows every bf16 product reads x rounded to
+    // bf16: rounded once for all of them (the same copy each would make).
+    if (precision_ != Precision::kBF16 || a.m <= 16 || a.count < 2) return Backend::multi_matmul(a);
+    auto* xb = scratch<__nv_bfloat16>(a.m * a.k);
+    cuda::to_bf16(a.x, a.m, a.m, a.k, a.k, xb, stream_);
+    for (int i = 0; i < a.count; ++i) gemm({.x = a.x, .w = a.outs[i].w, .y = a.outs[i].y, .m = a.m, .n = a.outs[i].n, .k = a.k}, true, xb);
+    release(xb);
   }
   void hc_mixes(const HcMixesArgs& a) override {
     if (a.rows == 0) return;
@@ -280,12 +286,17 @@ class CudaBackend final : public Backend {
 
  private:
   // Runs p with x (float32, rows of row stride ldx, w_cols columns used) read in place when the
-  // kernel rounds it itself, else rounded into a contiguous bf16 copy first.
-  void gemm_bf16_from(cuda::Bf16Gemm p, const float* x, int64_t rows, int64_t w_cols, int64_t ldx) {
+  // kernel rounds it itself, else rounded into a contiguous bf16 copy first (xb: that copy,
+  // already made).
+  void gemm_bf16_from(cuda::Bf16Gemm p, const float* x, int64_t rows, int64_t w_cols, int64_t ldx,
+                      const __nv_bfloat16* xb = nullptr) {
     if (cuda::gemm_bf16_takes_f32(p) && reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0 &&
         p.x_group_stride % 4 == 0) {
       p.x_f32 = x;
       p.ldx = ldx;
+    } else if (xb) {
+      p.x = xb;
+      p.ldx = w_cols;
     } else {
       auto* xb = scratch<__nv_bfloat16>(rows * w_cols);
       cuda::to_bf16(x, rows, rows, w_cols, ldx, xb, stream_);
@@ -296,9 +307,10 @@ class CudaBackend final : public Backend {
     p.part = ws ? scratch<float>(ws) : nullptr;
     cuda::gemm_bf16(p, stream_);
     release(p.part);
-    if (p.x) release(const_cast<__nv_bfloat16*>(p.x));
+    if (p.x && p.x != xb) release(const_cast<__nv_bfloat16*>(p.x));
   }
-  void gemm(const MatmulArgs& a, bool bf16) {
+  // xb: x already rounded to bf16, contiguous (one group, its k columns), or null.
+  void gemm(const MatmulArgs& a, bool bf16, const __nv_bfloat16* xb = nullptr) {
     if (a.m == 0 || a.n == 0) return;
     const int64_t G = std::max<int64_t>(1, a.groups);
     // Columns of x and y the product touches (all groups).
@@ -316,7 +328,7 @@ class CudaBackend final : public Backend {
       cuda::Bf16Gemm p{.w_dense = wb, .y = a.y, .ldy = ldy, .m = static_cast<int>(a.m), .n = static_cast<int>(a.n),
                        .k = static_cast<int>(a.k), .groups = static_cast<int>(G), .x_group_stride = xs,
                        .w_group_stride = a.n * a.k, .y_group_stride = ys, .counters = gemm_counters_};
-      return gemm_bf16_from(p, a.x, a.m, xw, ldx);
+      return gemm_bf16_from(p, a.x, a.m, xw, ldx, G == 1 && xw == a.k ? xb : nullptr);
     }
     const int64_t esz = bf16 ? 2 : 4;
     // Weights: used in place when stored as the math's type, else dequantised to a temporary.
@@ -339,7 +351,10 @@ class CudaBackend final : public Backend {
     const void* x = a.x;
     int64_t ldxx = ldx;
     void* xtmp = nullptr;
-    if (bf16 || invariant_) {
+    if (bf16 && xb && G == 1 && xw == a.k && mp == a.m) {
+      x = xb;
+      ldxx = xw;
+    } else if (bf16 || invariant_) {
       xtmp = scratch<uint8_t>(mp * xw * esz);
       if (!bf16 && mp > a.m) DI_CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t*>(xtmp) + a.m * xw * esz, 0,
                                                   static_cast<size_t>((mp - a.m) * xw * esz), stream_));

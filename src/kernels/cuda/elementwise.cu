@@ -552,10 +552,13 @@ void launch_hc_project(const HcMixesArgs& a, float* part, int* counters, cudaStr
   DI_CUDA_LAUNCHED();
 }
 
-// Up to 1024 rows: a row per warp, the mixes 6 per block (more blocks; 3 up to 8 rows), their
-// fn slice and the rows' slices staged in shared memory when aligned and within 96 KB; above,
-// 4 rows per warp and every mix in one block (the weights read once per 32 rows), in chunks
-// through shared memory when hc = 4 and the slices divide into chunks. Always the same bits.
+// From kMixChunkRows rows, when hc = 4 and the slices divide into chunks: 4 rows per warp and
+// every mix in one block (the weights read once per 32 rows), in chunks through shared memory
+// (measured: 40 us at 256 rows, 67 staged; 41 at 64 rows, 23 staged). Below, or up to 1024
+// rows when not chunked: a row per warp, the mixes 6 per block (more blocks; 3 up to 8 rows),
+// their fn slice and the rows' slices staged in shared memory when aligned and within 96 KB.
+// Always the same bits.
+constexpr int64_t kMixChunkRows = 160;
 template <int HC>
 void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) {
   const int nmix = static_cast<int>((2 + a.hc) * a.hc);
@@ -566,11 +569,12 @@ void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStrea
   const int group = a.rows <= kMixWarps ? 3 : 6;
   const size_t smem = static_cast<size_t>((group + std::min<int64_t>(kMixWarps, a.rows)) * len) * sizeof(float);
   const bool stage = aligned && len % 4 == 0 && smem <= 96 * 1024;
+  const bool chunk = nmix == 24 && aligned && width % (kMixSlices * kMixChunk) == 0;  // hc = 4
   if (group == 3 && stage) launch_hc_project<3, HC, 1, kMixStaged>(a, part, counters, s, nmix, smem);
+  else if (a.rows >= kMixChunkRows && chunk)
+    launch_hc_project<24, HC, 4, kMixChunked>(a, part, counters, s, nmix, size_t{2} * (24 + kMixWarps * 4) * kMixChunk * sizeof(float));
   else if (a.rows <= 1024 && stage) launch_hc_project<6, HC, 1, kMixStaged>(a, part, counters, s, nmix, smem);
   else if (a.rows <= 1024) launch_hc_project<6, HC, 1, kMixGlobal>(a, part, counters, s, nmix, 0);
-  else if (nmix == 24 && aligned && width % (kMixSlices * kMixChunk) == 0)  // hc = 4
-    launch_hc_project<24, HC, 4, kMixChunked>(a, part, counters, s, nmix, size_t{2} * (24 + kMixWarps * 4) * kMixChunk * sizeof(float));
   else if (nmix == 24) launch_hc_project<24, HC, 4, kMixGlobal>(a, part, counters, s, nmix, 0);
   else launch_hc_project<kMaxMix, HC, 2, kMixGlobal>(a, part, counters, s, nmix, 0);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/mma.cuh"
 
 namespace deepinfer::kernels::cuda {
 
@@ -40,6 +41,21 @@ __global__ void to_bf16_k(const float* x, int64_t m, int64_t mp, int64_t k, int6
   if (i >= mp * k) return;
   const int64_t r = i / k;
   out[i] = r < m ? __float2bfloat16_rn(x[r * ldx + i % k]) : __float2bfloat16_rn(0.0f);
+}
+
+// The same, 8 elements a thread (two 16-byte loads, one 16-byte store): k a multiple of 8, ldx
+// of 4, x and out 16-byte aligned. The same roundings.
+__global__ void to_bf16_v8_k(const float* x, int64_t m, int64_t mp, int64_t k, int64_t ldx, __nv_bfloat16* out) {
+  DI_PDL_ENTRY();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, k8 = k / 8;
+  if (i >= mp * k8) return;
+  const int64_t r = i / k8, c = (i - r * k8) * 8;
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);  // bf16 +0 is all zero bits
+  if (r < m) {
+    const float4* src = reinterpret_cast<const float4*>(x + r * ldx + c);
+    v = pack_bf16x8(src[0], src[1]);
+  }
+  *reinterpret_cast<uint4*>(out + r * k + c) = v;
 }
 
 // dst[0, n) = src[0, n), src in mapped pinned host memory: 16-byte chunks when both are aligned.
@@ -95,7 +111,11 @@ __global__ void fill_random_k(RandomFillArgs a) {
 
 void to_bf16(const float* x, int64_t m, int64_t mp, int64_t k, int64_t ldx, void* out, cudaStream_t s) {
   if (mp * k == 0) return;
-  launch_k(to_bf16_k, grid(mp * k), kThreads, 0, s, x, m, mp, k, ldx, static_cast<__nv_bfloat16*>(out));
+  auto* o = static_cast<__nv_bfloat16*>(out);
+  if (k % 8 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0)
+    launch_k(to_bf16_v8_k, grid(mp * k / 8), kThreads, 0, s, x, m, mp, k, ldx, o);
+  else
+    launch_k(to_bf16_k, grid(mp * k), kThreads, 0, s, x, m, mp, k, ldx, o);
   DI_CUDA_LAUNCHED();
 }
 

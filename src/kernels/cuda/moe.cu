@@ -349,15 +349,38 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  each([&](int r, int col, const float*) {
-    float2 sum = make_float2(0.0f, 0.0f);
-    for (int sg = 0; sg < S; ++sg) {
-      const float2 v = __ldcg(reinterpret_cast<const float2*>(part_at(sg, r, col)));
-      sum.x += v.x;
-      sum.y += v.y;
-    }
-    *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * ldy + col) = sum;
-  });
+  // Each element's partial sums added in segment order to 0. Tiles up to 64 x 128: segment by
+  // segment, every element of the thread's at once (one memory latency a segment, not one per
+  // element and segment; measured at 64 rows: a layer's split products 0.6 ms less per step).
+  // Wider tiles element by element: there the hoisted addresses took 172 registers, not 128,
+  // and one block per SM instead of two.
+  if constexpr (BM * BN <= 64 * 128) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
+    for (int sg = 0; sg < S; ++sg)
+      each([&](int r, int col, float* sum) {
+        const float2 pv = __ldcg(reinterpret_cast<const float2*>(part_at(sg, r, col)));
+        sum[0] += pv.x;
+        sum[1] += pv.y;
+      });
+    each([&](int r, int col, const float* v) {
+      *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * ldy + col) = make_float2(v[0], v[1]);
+    });
+  } else {
+    each([&](int r, int col, const float*) {
+      float2 sum = make_float2(0.0f, 0.0f);
+      for (int sg = 0; sg < S; ++sg) {
+        const float2 v = __ldcg(reinterpret_cast<const float2*>(part_at(sg, r, col)));
+        sum.x += v.x;
+        sum.y += v.y;
+      }
+      *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * ldy + col) = sum;
+    });
+  }
   if (threadIdx.x == 0) *counter = 0;
 }
 
