@@ -550,11 +550,15 @@ void gemm_bf16(const Bf16Gemm& pin, cudaStream_t s) {
   }
   // By the rows per tile (the rows per expert, or the product's rows): up to 16 (decode), 16-row
   // tiles over 64 columns and wide k slices, to keep enough weight bytes in flight; up to 128,
-  // 64 x 128 tiles; more, 128 x 128, except for split products folding in registers (a second
-  // set of accumulators: 216 registers at 128 x 128, one block per SM; 128 at 64 x 128, two).
-  // Every configuration gives the same bits (see the top).
+  // 64 x 128 tiles; more, 128 x 128, except for split products (folding in registers: a second
+  // set of accumulators, 216 registers at 128 x 128, one block per SM, 128 at 64 x 128, two; or
+  // through the workspace, below). Every configuration gives the same bits (see the top).
   const int64_t per_tile = rows_per_tile(p);
   const bool fold = gemm_bf16_split(p) < p.k && !p.part;
+  // Split over k into blocks of their own (a workspace, up to kSplitRowsMax rows): 64 x 128
+  // tiles, whose last blocks add the partial sums with every load in flight (measured at 256
+  // rows: 128 x 128 tiles took 50-90 us for products of a few MB, the sums' loads one by one).
+  const bool split = gemm_bf16_split(p) < p.k && p.part && per_tile <= kSplitRowsMax;
   if (per_tile <= 16) {
     if (p.k % 128 != 0) return launch_gemm<16, 64, 32, 1, 4, 8>(p, s);
     // Dense: 3 stages (65 KB of shared memory: three blocks per SM) measured 11% faster over a
@@ -563,7 +567,7 @@ void gemm_bf16(const Bf16Gemm& pin, cudaStream_t s) {
     return launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
   } else if (p.k % 64 != 0) {
     launch_gemm<128, 128, 32, 2, 4, 4>(p, s);
-  } else if (per_tile <= 128 || fold) {
+  } else if (per_tile <= 128 || fold || split) {
     launch_gemm<64, 128, 64, 2, 4, 4>(p, s);
   } else {
     launch_gemm<128, 128, 64, 2, 4, 3>(p, s);
