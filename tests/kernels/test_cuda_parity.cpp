@@ -187,6 +187,10 @@ TEST(CudaHyperConnections, MixesOfARowAloneAreItsBitsInABatch) {
     EXPECT_EQ(0, std::memcmp(c1.get().data(), all_comb.data() + r0 * hc * hc, c1.n * sizeof(float))) << what;
   };
   same_bits(0, 40, dfn.p, "rows 0..39 (a row per warp, staged; more than 48 KB of shared memory)");
+  // Row counts whose staging grows past 48 KB after a smaller launch over it (7 rows, then 8:
+  // 3 mixes per block), the 6-mix staging, and chunks from 160 rows.
+  for (int64_t n : {int64_t{2}, int64_t{7}, int64_t{8}, int64_t{100}, int64_t{200}})
+    same_bits(3, n, dfn.p, std::to_string(n) + " rows from row 3");
   same_bits(0, R, dfn1.p + 1, "all rows, fn not 16-byte aligned (from global memory, not in chunks through shared memory)");
   for (int64_t r : {int64_t{0}, int64_t{517}, R - 1}) {
     same_bits(r, 1, dfn.p, "row " + std::to_string(r) + " staged");

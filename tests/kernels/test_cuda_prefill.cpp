@@ -243,6 +243,7 @@ TEST(CudaPrefill, TopkMask) {
   check_topk(b, 70, 1000, 1, true, 440);
   check_topk(b, 70, 1000, 0, false, 450);
   check_topk(b, 7, 40, 6, true, 460);        // fixture size
+  check_topk(b, 3, 20000, 512, true, 470);   // more keys than the shared-memory key cache holds
 }
 
 void check_candidates(Backends& b, int64_t rows, int64_t T, int64_t ratio, int64_t bs, int64_t topk_blocks, uint32_t seed) {
@@ -274,6 +275,7 @@ TEST(CudaPrefill, CandidateBlocks) {
   check_candidates(b, 100, 2048, 4, 8, 2048, 520); // topk_blocks > blocks
   check_candidates(b, 64, 333, 2, 5, 7, 530);
   check_candidates(b, 7, 40, 2, 4, 3, 540);        // fixture size
+  check_candidates(b, 3, 100000, 4, 8, 64, 550);   // more blocks than the key cache holds
 }
 
 }  // namespace

@@ -298,9 +298,9 @@ class CudaBackend final : public Backend {
       p.x = xb;
       p.ldx = w_cols;
     } else {
-      auto* xb = scratch<__nv_bfloat16>(rows * w_cols);
-      cuda::to_bf16(x, rows, rows, w_cols, ldx, xb, stream_);
-      p.x = xb;
+      auto* xcopy = scratch<__nv_bfloat16>(rows * w_cols);
+      cuda::to_bf16(x, rows, rows, w_cols, ldx, xcopy, stream_);
+      p.x = xcopy;
       p.ldx = w_cols;
     }
     const int64_t ws = cuda::gemm_bf16_workspace(p);

@@ -50,8 +50,9 @@ namespace deepinfer::kernels::cuda {
 
 bool pdl_enabled();
 
-// Lets kern use `bytes` of dynamic shared memory (the opt-in above 48 KiB), once per kernel and
-// device (the backend runs on one thread).
+// Lets kern use `bytes` of dynamic shared memory (the opt-in above 48 KiB): the kernel's limit on
+// this device is raised whenever a launch needs more than any before (a launch whose size grows
+// with its rows may come first with few; the backend runs on one thread).
 void opt_in_smem_bytes(const void* kern, size_t bytes);
 template <class... KArgs>
 void opt_in_smem(void (*kern)(KArgs...), size_t bytes) {

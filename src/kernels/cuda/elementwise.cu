@@ -270,7 +270,9 @@ __global__ void __launch_bounds__(kMixThreads, MODE == kMixChunked ? 2 : 1) hc_p
   DI_PDL_ENTRY();
   static_assert(MODE != kMixStaged || R == 1, "staging holds a row per warp");
   constexpr bool STAGED = MODE == kMixStaged;
-  extern __shared__ __align__(16) float s_fn[];  // STAGED: fn [NMIX][len], then the block's rows [<= 8][len]
+  // STAGED: fn [NMIX][len], then the block's rows [<= 8][len]; chunked: 2 x (fn [NMIX][chunk],
+  // the block's rows [8 R][chunk]).
+  extern __shared__ __align__(16) float s_fn[];
   const int64_t width = a.hc * a.dim, nmix = (2 + a.hc) * a.hc;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int64_t rb0 = static_cast<int64_t>(blockIdx.x) * kMixWarps * R, r0 = rb0 + static_cast<int64_t>(warp) * R;
@@ -555,8 +557,9 @@ void launch_hc_project(const HcMixesArgs& a, float* part, int* counters, cudaStr
 // From kMixChunkRows rows, when hc = 4 and the slices divide into chunks: 4 rows per warp and
 // every mix in one block (the weights read once per 32 rows), in chunks through shared memory
 // (measured: 40 us at 256 rows, 67 staged; 41 at 64 rows, 23 staged). Below, or up to 1024
-// rows when not chunked: a row per warp, the mixes 6 per block (more blocks; 3 up to 8 rows),
-// their fn slice and the rows' slices staged in shared memory when aligned and within 96 KB.
+// rows when not chunked: a row per warp, the mixes 6 per block (more blocks; 3 up to 8 rows when
+// staged), their fn slice and the rows' slices staged in shared memory when aligned and within
+// 96 KB.
 // Always the same bits.
 constexpr int64_t kMixChunkRows = 160;
 template <int HC>

@@ -21,13 +21,19 @@ bool pdl_enabled() {
 }
 
 void opt_in_smem_bytes(const void* kern, size_t bytes) {
-  static std::vector<std::pair<const void*, int>> opted;
+  struct Opted {
+    const void* kern;
+    int dev;
+    size_t bytes;  // the limit set so far
+  };
+  static std::vector<Opted> opted;
   int dev = 0;
   DI_CUDA_CHECK(cudaGetDevice(&dev));
-  if (std::find(opted.begin(), opted.end(), std::make_pair(kern, dev)) == opted.end()) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    opted.emplace_back(kern, dev);
-  }
+  auto it = std::find_if(opted.begin(), opted.end(), [&](const Opted& o) { return o.kern == kern && o.dev == dev; });
+  if (it != opted.end() && it->bytes >= bytes) return;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  if (it == opted.end()) opted.push_back({kern, dev, bytes});
+  else it->bytes = bytes;
 }
 
 namespace {

@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   // element and segment; measured at 64 rows: a layer's split products 0.6 ms less per step).
   // Wider tiles element by element: there the hoisted addresses took 172 registers, not 128,
   // and one block per SM instead of two.
-  if constexpr (BM * BN <= 64 * 128) {
+  if constexpr (BM * BN <= 64 * 128 && !FOLD) {  // (a folding launch never splits: each adds into acc)
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll

@@ -67,14 +67,24 @@ constexpr int kSelThreads = 256;
 
 // The keys of a row are computed once into shared memory (dynamic, kKeyCache of them at most)
 // when they fit: the radix passes read them there rather than recomputing each from global
-// memory in every pass (the same keys, so the same selection). Larger rows compute them per pass.
-constexpr int64_t kKeyCache = 12288;  // 48 KB: no opt-in
-size_t key_cache_bytes(int64_t n) { return static_cast<size_t>(std::min(n, kKeyCache)) * sizeof(uint32_t); }
+// memory in every pass (the same keys, so the same selection). Larger rows compute them per pass
+// and take no cache. kKeyCache keeps the cache and the kernels' static SelShared within the 48 KB
+// a launch gets without an opt-in.
+constexpr int64_t kKeyCache = (48 * 1024 - 2048) / 4;
+static_assert(sizeof(SelShared) <= 2048, "the key cache leaves room for SelShared");
+size_t key_cache_bytes(int64_t n) { return n <= kKeyCache ? static_cast<size_t>(n) * sizeof(uint32_t) : 0; }
 
+// The launch's dynamic shared memory: the cache it was given (a batch launch sizes it by its
+// largest item, or gives none when that one does not fit).
+__device__ __forceinline__ uint32_t dynamic_smem_bytes() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+  return r;
+}
 template <class KeyF, class OutF>
 __device__ __forceinline__ void cached_topk(int64_t n, int64_t k, KeyF key, OutF out, SelShared& sh) {
   extern __shared__ uint32_t s_keys[];
-  if (n > kKeyCache) return block_topk(n, k, key, out, sh);
+  if (n * static_cast<int64_t>(sizeof(uint32_t)) > dynamic_smem_bytes()) return block_topk(n, k, key, out, sh);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s_keys[j] = key(j);
   __syncthreads();
   block_topk(n, k, [&](int64_t j) { return s_keys[j]; }, out, sh);
