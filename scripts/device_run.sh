@@ -3,8 +3,8 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, engine, profile, kernels, trace, detail, check, baseline, all
-#   (all but baseline, kernels, trace and detail);
+#   stages: test (default), bench, engine, profile, kernels, trace, detail, check, probe, baseline,
+#   all (all but baseline, kernels, trace, detail and probe);
 #   BENCH_ARGS are passed to bench/bench_device, TRACE_ARGS to it under the trace
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +33,7 @@ cmake --build build/cuda -j "$(nproc)" --target deepinfer test_cuda_parity test_
   >> "$OUT/build.log" 2>&1
 # The CUPTI timeline library (stage trace) when the toolkit has CUPTI; its absence fails only that stage.
 cmake --build build/cuda -j "$(nproc)" --target di_kernel_trace >> "$OUT/build.log" 2>&1 || echo "no di_kernel_trace" >> "$R"
+cmake --build build/cuda -j "$(nproc)" --target wgmma_probe >> "$OUT/build.log" 2>&1 || echo "no wgmma_probe" >> "$R"
 echo "build exit $? ($(( $(date +%s) - t0 )) s)" >> "$R"
 tail -30 "$OUT/build.log" | grep -E "error|FAILED" >> "$R"
 
@@ -130,6 +131,12 @@ for i in range(128):
       grep -E "^decode" "$OUT/trace.log" >> "$R"
       python3 scripts/trace_summary.py "$OUT/trace.csv" "$OUT/step_trace.txt" >> "$R" 2>&1
       gzip -f "$OUT/trace.csv"
+      ;;
+    probe)
+      # Whether wgmma (m64n8k16) gives the bits of the mma.sync chain for the same k order.
+      echo "== wgmma probe" >> "$R"
+      ./build/cuda/wgmma_probe >> "$R" 2>&1
+      echo "probe exit $?" >> "$R"
       ;;
     baseline)
       # The transformers reference on the same shape (needs carry [".baseline"]: the deepseek_v41

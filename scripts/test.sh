@@ -19,7 +19,8 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "== CUDA backend compile check (sm_90a)"
   export PATH=$PATH:/usr/local/cuda/bin
   cmake --preset cuda >/dev/null
-  cmake --build --preset cuda --target deepinfer_kernels_cuda test_cuda_parity test_cuda_model deepinfer bench_device bench_cuda_ops
+  cmake --build --preset cuda --target deepinfer_kernels_cuda test_cuda_parity test_cuda_model deepinfer bench_device bench_cuda_ops \
+    wgmma_probe
   # The CUPTI timeline tool (device_run.sh trace) where the toolkit has CUPTI.
   if cmake --build --preset cuda --target help 2>/dev/null | grep -q di_kernel_trace; then
     cmake --build --preset cuda --target di_kernel_trace

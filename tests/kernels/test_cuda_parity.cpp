@@ -153,6 +153,42 @@ TEST_P(Parity, HyperConnectionsAndEngramGate) {
   EXPECT_LT(rel_err(x, dx.get()), 1e-5);
 }
 
+// Stream counts other than the model's 4 (the kernels' runtime-count variants): the mixes, the
+// collapse with its norm and the expansion against the CPU.
+TEST(CudaHyperConnections, OtherStreamCounts) {
+  Backends b;
+  for (const int64_t hc : {int64_t{2}, int64_t{3}}) {
+    const int64_t R = 5, D = 256, mix = (2 + hc) * hc;
+    auto x = randn(static_cast<size_t>(R * hc * D), 30 + static_cast<uint32_t>(hc)),
+         fn = randn(static_cast<size_t>(mix * hc * D), 31, 0.02f), base = randn(static_cast<size_t>(mix), 32, 0.3f),
+         nw = randn(static_cast<size_t>(D), 33, 0.5f);
+    std::vector<float> scale = {0.9f, 1.1f, 2.0f};
+    std::vector<float> pre(static_cast<size_t>(R * hc)), post(pre.size()), comb(static_cast<size_t>(R * hc * hc));
+    b.cpu->hc_mixes({.x = x.data(), .fn = fn.data(), .scale = scale.data(), .base = base.data(), .pre = pre.data(),
+                     .post = post.data(), .comb = comb.data(), .rows = R, .hc = hc, .dim = D});
+    Dev<float> dx(x), dfn(fn), dbase(base), dscale(scale), dnw(nw), dpre(pre.size()), dpost(post.size()), dcomb(comb.size());
+    b.gpu->hc_mixes({.x = dx.p, .fn = dfn.p, .scale = dscale.p, .base = dbase.p, .pre = dpre.p, .post = dpost.p, .comb = dcomb.p,
+                     .rows = R, .hc = hc, .dim = D});
+    b.gpu->synchronize();
+    EXPECT_LT(rel_err(pre, dpre.get()), 1e-5) << "hc " << hc;
+    EXPECT_LT(rel_err(post, dpost.get()), 1e-5) << "hc " << hc;
+    EXPECT_LT(rel_err(comb, dcomb.get()), 1e-5) << "hc " << hc;
+    std::vector<float> y(static_cast<size_t>(R * D)), yn(y.size());
+    b.cpu->hc_collapse({.x = x.data(), .pre = pre.data(), .y = y.data(), .rows = R, .hc = hc, .dim = D, .norm_w = nw.data(),
+                        .norm_y = yn.data(), .norm_eps = 1e-6f});
+    Dev<float> dy(y.size()), dyn(y.size());
+    b.gpu->hc_collapse({.x = dx.p, .pre = dpre.p, .y = dy.p, .rows = R, .hc = hc, .dim = D, .norm_w = dnw.p, .norm_y = dyn.p,
+                        .norm_eps = 1e-6f});
+    b.gpu->synchronize();
+    EXPECT_LT(rel_err(y, dy.get()), 1e-5) << "collapse, hc " << hc;
+    EXPECT_LT(rel_err(yn, dyn.get()), 1e-5) << "collapse's norm, hc " << hc;
+    b.cpu->hc_expand({.x = x.data(), .y = y.data(), .post = post.data(), .comb = comb.data(), .rows = R, .hc = hc, .dim = D});
+    b.gpu->hc_expand({.x = dx.p, .y = dy.p, .post = dpost.p, .comb = dcomb.p, .rows = R, .hc = hc, .dim = D});
+    b.gpu->synchronize();
+    EXPECT_LT(rel_err(x, dx.get()), 1e-5) << "expand, hc " << hc;
+  }
+}
+
 // mHC mixes of 1030 rows at the released width (4 rows per warp, every mix in one block, the
 // slices in chunks through shared memory) against the CPU, and rows alone (a row per warp, 6 mixes per block, the fn slice staged in
 // shared memory; and unstaged, fn at an address not 16-byte aligned) giving their bits in the
