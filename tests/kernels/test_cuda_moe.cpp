@@ -231,6 +231,62 @@ TEST(CudaMoe, DecodeProductHasTheBitsOfTheWiderTiling) {
   }
 }
 
+// Products of more than 128 rows per tile (128 x 128 tiles): every row the bits of the decode
+// tiling's and the 64 x 128 tiling's,
+// and within the CPU's bf16 emulation. A dense product too wide to split (264 column tiles) at
+// 300 rows, and 4 experts of 200 rows each.
+TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
+  auto cpu = make_cpu_backend(0, Precision::kBF16);
+  auto gpu = make_cuda_backend(0, Precision::kBF16);
+  {
+    const int64_t n = 16896, k = 1024, rows = 300;
+    ASSERT_EQ(cuda::gemm_split_segments(n, k, 1, false), 1);
+    Experts w(1, n, k, 60);
+    const auto x = randn(static_cast<size_t>(rows * k), 61);
+    Dev<float> dx(x);
+    auto run = [&](int64_t m) {
+      Dev<float> dy(static_cast<size_t>(m * n));
+      gpu->matmul({.x = dx.p, .w = w.dv[0], .y = dy.p, .m = m, .n = n, .k = k});
+      gpu->synchronize();
+      return dy.get();
+    };
+    const auto all = run(rows);
+    std::vector<float> ref(all.size());
+    cpu->matmul({.x = x.data(), .w = w.hv[0], .y = ref.data(), .m = rows, .n = n, .k = k});
+    EXPECT_LT(rel_err(ref, all), 2e-5) << "dense, " << rows << " rows";
+    for (int64_t m : {1, 16, 40, 129}) {
+      const auto got = run(m);
+      EXPECT_EQ(std::memcmp(got.data(), all.data(), got.size() * 4), 0) << "dense: the first " << m << " rows alone";
+    }
+  }
+  {
+    const int64_t E = 4, n = 2304, k = 512, per = 200, rows = E * per;
+    Experts ex(E, n, k, 70);
+    std::vector<int32_t> off(static_cast<size_t>(E + 1));
+    for (int64_t e = 0; e <= E; ++e) off[static_cast<size_t>(e)] = static_cast<int32_t>(e * per);
+    const auto x = randn(static_cast<size_t>(rows * k), 71);
+    std::vector<float> ref(static_cast<size_t>(rows * n));
+    cpu->grouped_matmul({.x = x.data(), .w = ex.hv.data(), .offsets = off.data(), .y = ref.data(), .rows = rows, .n = n, .k = k,
+                         .experts = E});
+    Dev<float> dx(x), dy(ref.size());
+    Dev<int32_t> doff(off);
+    gpu->grouped_matmul({.x = dx.p, .w = ex.dv.data(), .offsets = doff.p, .y = dy.p, .rows = rows, .n = n, .k = k, .experts = E});
+    gpu->synchronize();
+    const auto got = dy.get();
+    EXPECT_LT(rel_err(ref, got), 2e-5) << "grouped, " << per << " rows per expert";
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t r : {e * per, e * per + per - 1}) {
+        std::vector<int32_t> one(static_cast<size_t>(E + 1), 0);
+        for (int64_t j = e + 1; j <= E; ++j) one[static_cast<size_t>(j)] = 1;
+        Dev<float> dx1(std::vector<float>(x.begin() + r * k, x.begin() + (r + 1) * k)), dy1(static_cast<size_t>(n));
+        Dev<int32_t> doff1(one);
+        gpu->grouped_matmul({.x = dx1.p, .w = ex.dv.data(), .offsets = doff1.p, .y = dy1.p, .rows = 1, .n = n, .k = k, .experts = E});
+        gpu->synchronize();
+        EXPECT_EQ(std::memcmp(dy1.get().data(), got.data() + r * n, static_cast<size_t>(n) * 4), 0) << "expert " << e << " row " << r;
+      }
+  }
+}
+
 // Several products of one x in one op (one launch in the decode tiling): each output's bits
 // are those of its own matmul, at 1, 5 and 16 rows (one launch) and 40 (one product each), and
 // within the CPU's bf16 emulation. Shapes: the released dims' products of the attention's
