@@ -88,6 +88,18 @@ struct Experts {
   }
 };
 
+// Row r of x ([rows, k]) through expert e alone, in a launch of one row (the decode tiling).
+std::vector<float> expert_row_alone(Backend& gpu, const Experts& ex, const std::vector<float>& x, int64_t e, int64_t r) {
+  const int64_t E = static_cast<int64_t>(ex.dv.size()), n = ex.dv[0].rows, k = ex.dv[0].cols;
+  std::vector<int32_t> one(static_cast<size_t>(E + 1), 0);
+  for (int64_t j = e + 1; j <= E; ++j) one[static_cast<size_t>(j)] = 1;
+  Dev<float> dx1(std::vector<float>(x.begin() + r * k, x.begin() + (r + 1) * k)), dy1(static_cast<size_t>(n));
+  Dev<int32_t> doff1(one);
+  gpu.grouped_matmul({.x = dx1.p, .w = ex.dv.data(), .offsets = doff1.p, .y = dy1.p, .rows = 1, .n = n, .k = k, .experts = E});
+  gpu.synchronize();
+  return dy1.get();
+}
+
 // rows sorted by expert: offsets from a routing of `tokens` tokens.
 std::vector<int32_t> offsets_of(int64_t tokens, int64_t K, int64_t E, uint32_t seed) {
   const auto ids = random_routing(tokens, K, E, seed);
@@ -124,13 +136,8 @@ TEST(CudaMoe, GroupedMatmulBf16MatchesTheCpuAndIsRowInvariant) {
       for (int64_t e : {int64_t{0}, int64_t{17}, E - 1}) {
         const int32_t r = off[static_cast<size_t>(e)];
         if (off[static_cast<size_t>(e) + 1] == r) continue;
-        std::vector<int32_t> one(static_cast<size_t>(E + 1), 0);
-        for (int64_t j = e + 1; j <= E; ++j) one[static_cast<size_t>(j)] = 1;
-        Dev<float> dx1(std::vector<float>(x.begin() + r * k, x.begin() + (r + 1) * k)), dy1(static_cast<size_t>(n));
-        Dev<int32_t> doff1(one);
-        gpu->grouped_matmul({.x = dx1.p, .w = ex.dv.data(), .offsets = doff1.p, .y = dy1.p, .rows = 1, .n = n, .k = k, .experts = E});
-        gpu->synchronize();
-        EXPECT_EQ(std::memcmp(dy1.get().data(), got.data() + r * n, static_cast<size_t>(n) * 4), 0) << "expert " << e << " row " << r;
+        EXPECT_EQ(std::memcmp(expert_row_alone(*gpu, ex, x, e, r).data(), got.data() + r * n, static_cast<size_t>(n) * 4), 0)
+            << "expert " << e << " row " << r;
       }
     }
   }
@@ -276,13 +283,8 @@ TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
     EXPECT_LT(rel_err(ref, got), 2e-5) << "grouped, " << per << " rows per expert";
     for (int64_t e = 0; e < E; ++e)
       for (int64_t r : {e * per, e * per + per - 1}) {
-        std::vector<int32_t> one(static_cast<size_t>(E + 1), 0);
-        for (int64_t j = e + 1; j <= E; ++j) one[static_cast<size_t>(j)] = 1;
-        Dev<float> dx1(std::vector<float>(x.begin() + r * k, x.begin() + (r + 1) * k)), dy1(static_cast<size_t>(n));
-        Dev<int32_t> doff1(one);
-        gpu->grouped_matmul({.x = dx1.p, .w = ex.dv.data(), .offsets = doff1.p, .y = dy1.p, .rows = 1, .n = n, .k = k, .experts = E});
-        gpu->synchronize();
-        EXPECT_EQ(std::memcmp(dy1.get().data(), got.data() + r * n, static_cast<size_t>(n) * 4), 0) << "expert " << e << " row " << r;
+        EXPECT_EQ(std::memcmp(expert_row_alone(*gpu, ex, x, e, r).data(), got.data() + r * n, static_cast<size_t>(n) * 4), 0)
+            << "expert " << e << " row " << r;
       }
   }
 }
