@@ -73,6 +73,9 @@ constexpr int kSelThreads = 256;
 constexpr int64_t kKeyCache = (48 * 1024 - 2048) / 4;
 static_assert(sizeof(SelShared) <= 2048, "the key cache leaves room for SelShared");
 size_t key_cache_bytes(int64_t n) { return n <= kKeyCache ? static_cast<size_t>(n) * sizeof(uint32_t) : 0; }
+// The keys of a row: its scores, or its candidate blocks.
+int64_t keys_of(const TopkMaskArgs& a) { return a.t; }
+int64_t keys_of(const CandidateBlocksArgs& a) { return ceil_div(a.t, a.block_size); }
 
 // The launch's dynamic shared memory: the cache it was given (a batch launch sizes it by its
 // largest item, or gives none when that one does not fit).
@@ -212,7 +215,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
 void topk_mask(const TopkMaskArgs& a, cudaStream_t s) {
   if (a.s == 0) return;
   if (!legacy_forced()) {
-    launch_k(topk_mask_block_k, static_cast<unsigned>(a.s), kSelThreads, key_cache_bytes(a.t), s, a);
+    launch_k(topk_mask_block_k, static_cast<unsigned>(a.s), kSelThreads, key_cache_bytes(keys_of(a)), s, a);
   } else {
     launch_k(topk_mask_k, grid(a.s), kThreads, 0, s, a);
   }
@@ -221,7 +224,7 @@ void topk_mask(const TopkMaskArgs& a, cudaStream_t s) {
 void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s) {
   if (a.s == 0) return;
   if (!legacy_forced()) {
-    launch_k(candidate_blocks_block_k, static_cast<unsigned>(a.s), kSelThreads, key_cache_bytes(ceil_div(a.t, a.block_size)), s, a);
+    launch_k(candidate_blocks_block_k, static_cast<unsigned>(a.s), kSelThreads, key_cache_bytes(keys_of(a)), s, a);
     DI_CUDA_LAUNCHED();
     return;
   }
@@ -235,36 +238,30 @@ void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s) {
   DI_CUDA_CHECK(cudaFreeAsync(bs, s));
   DI_CUDA_CHECK(cudaFreeAsync(bsel, s));
 }
-template <class Args>
-int64_t max_rows(const Args* items, int64_t n) {
+// The largest f(item) of a batch (its rows: the grid; its keys per row: the key cache).
+template <class Args, class F>
+int64_t max_over(const Args* items, int64_t n, F f) {
   int64_t m = 0;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, items[i].s);
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, f(items[i]));
   return m;
 }
-// The most keys an item's row has (the key cache a batch launch needs); key(item) its count.
-template <class Args, class KeyCount>
-int64_t max_keys(const Args* items, int64_t n, KeyCount key) {
-  int64_t m = 0;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, key(items[i]));
-  return m;
+// A selection over a batch's rows: grid (rows of the largest item, items), the key cache sized
+// by the item with the most keys per row.
+template <class Args>
+void launch_select_batch(void (*kern)(const Args*), const Args* host_items, const Args* dev_items, int64_t n, cudaStream_t s) {
+  const int64_t rows = max_over(host_items, n, [](const Args& a) { return a.s; });
+  if (rows == 0) return;
+  const int64_t keys = max_over(host_items, n, [](const Args& a) { return keys_of(a); });
+  launch_k(kern, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(n)), kSelThreads, key_cache_bytes(keys), s, dev_items);
+  DI_CUDA_LAUNCHED();
 }
 bool select_batch_fits(int64_t n) { return !legacy_forced() && n >= 1 && n <= 65535; }
 void topk_mask_batch(const TopkMaskArgs* host_items, const TopkMaskArgs* dev_items, int64_t n, cudaStream_t s) {
-  const int64_t rows = max_rows(host_items, n);
-  if (rows == 0) return;
-  const int64_t keys = max_keys(host_items, n, [](const TopkMaskArgs& a) { return a.t; });
-  launch_k(topk_mask_batch_k, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(n)), kSelThreads, key_cache_bytes(keys),
-           s, dev_items);
-  DI_CUDA_LAUNCHED();
+  launch_select_batch(topk_mask_batch_k, host_items, dev_items, n, s);
 }
 void candidate_blocks_batch(const CandidateBlocksArgs* host_items, const CandidateBlocksArgs* dev_items, int64_t n,
                             cudaStream_t s) {
-  const int64_t rows = max_rows(host_items, n);
-  if (rows == 0) return;
-  const int64_t keys = max_keys(host_items, n, [](const CandidateBlocksArgs& a) { return ceil_div(a.t, a.block_size); });
-  launch_k(candidate_blocks_batch_k, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(n)), kSelThreads,
-           key_cache_bytes(keys), s, dev_items);
-  DI_CUDA_LAUNCHED();
+  launch_select_batch(candidate_blocks_batch_k, host_items, dev_items, n, s);
 }
 void router(const RouterArgs& a, cudaStream_t s) {
   if (a.rows == 0) return;
