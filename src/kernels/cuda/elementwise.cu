@@ -27,31 +27,38 @@ __global__ void rms_norm_k(const float* x, const float* w, float* y, int64_t dim
 // alignment (the allocator's blocks are 256-byte aligned and the model's row offsets are
 // multiples of dim), never on the number of rows.
 constexpr int kNormCache = 8, kNormThreads = 256;
+// The norm of a row held this way (v: its chunks, zero past its end; g: the weights', used when
+// has_w) into yr: the sum of squares, the block reduction and the scaling that every float4
+// RMSNorm shares (rms_norm_v4_k, hc_collapse_norm_k), so their bits agree.
+__device__ __forceinline__ void rms_norm_held(const float4 (&v)[kNormCache], const float4 (&g)[kNormCache], bool has_w, int64_t dim,
+                                              float eps, float4* yr) {
+  const int64_t n4 = dim / 4;
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+  ss = block_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) {
+    const int64_t i = threadIdx.x + j * kNormThreads;
+    if (i >= n4) break;
+    float4 o = make_float4(v[j].x * inv, v[j].y * inv, v[j].z * inv, v[j].w * inv);
+    if (has_w) o = make_float4(g[j].x * o.x, g[j].y * o.y, g[j].z * o.z, g[j].w * o.w);
+    yr[i] = o;
+  }
+}
 __global__ void __launch_bounds__(kNormThreads) rms_norm_v4_k(const float* x, const float* w, float* y, int64_t dim, float eps) {
   DI_PDL_ENTRY();
   const int64_t r = blockIdx.x, n4 = dim / 4;
   const float4* xr = reinterpret_cast<const float4*>(x + r * dim);
   float4 v[kNormCache], g[kNormCache];  // the row and its weights, loaded together (one wait)
-  float ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < kNormCache; ++j) {
     const int64_t i = threadIdx.x + j * kNormThreads;
     v[j] = i < n4 ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     g[j] = w && i < n4 ? reinterpret_cast<const float4*>(w)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-#pragma unroll
-  for (int j = 0; j < kNormCache; ++j) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
-  ss = block_sum(ss);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
-  float4* yr = reinterpret_cast<float4*>(y + r * dim);
-#pragma unroll
-  for (int j = 0; j < kNormCache; ++j) {
-    const int64_t i = threadIdx.x + j * kNormThreads;
-    if (i >= n4) break;
-    float4 o = make_float4(v[j].x * inv, v[j].y * inv, v[j].z * inv, v[j].w * inv);
-    if (w) o = make_float4(g[j].x * o.x, g[j].y * o.y, g[j].z * o.z, g[j].w * o.w);
-    yr[i] = o;
-  }
+  rms_norm_held(v, g, w != nullptr, dim, eps, reinterpret_cast<float4*>(y + r * dim));
 }
 
 __global__ void rope_k(float* x, const float* cs, const float* sn, int64_t rows, int64_t heads, int64_t head_dim,
@@ -398,8 +405,8 @@ __global__ void hc_collapse_k(HcCollapseArgs a) {
 }
 
 // Collapse and RMSNorm in one pass, a block per row: each element is hc_collapse_k's (the same
-// fmaf chain over the streams), the row's sum of squares and the scaling rms_norm_v4_k's (the
-// same per-thread float4 chunks and block reduction), so the bits are those of the two launches.
+// fmaf chain over the streams), the norm rms_norm_v4_k's (rms_norm_held on the same per-thread
+// float4 chunks), so the bits are those of the two launches.
 // Every load of the row (its streams, their weights, the norm's weights) is issued before the
 // first store (a store between them would order each later load after it: one memory latency
 // per chunk and stream, 8 us a row instead of about 2). HC: the stream count when known at
@@ -429,21 +436,13 @@ __global__ void __launch_bounds__(kNormThreads) hc_collapse_norm_k(HcCollapseArg
     v[j] = s;
     g[j] = a.norm_w && i < n4 ? reinterpret_cast<const float4*>(a.norm_w)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  float ss = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kNormCache; ++j) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
-  ss = block_sum(ss);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + a.norm_eps);
-  float4* yr = reinterpret_cast<float4*>(a.norm_y + r * dim);
 #pragma unroll
   for (int j = 0; j < kNormCache; ++j) {
     const int64_t i = threadIdx.x + j * kNormThreads;
     if (i >= n4) break;
     reinterpret_cast<float4*>(a.y + r * dim)[i] = v[j];
-    float4 o = make_float4(v[j].x * inv, v[j].y * inv, v[j].z * inv, v[j].w * inv);
-    if (a.norm_w) o = make_float4(g[j].x * o.x, g[j].y * o.y, g[j].z * o.z, g[j].w * o.w);
-    yr[i] = o;
   }
+  rms_norm_held(v, g, a.norm_w != nullptr, dim, a.norm_eps, reinterpret_cast<float4*>(a.norm_y + r * dim));
 }
 
 // HC: the stream count when known at compile time (4: the streams in registers; a runtime
