@@ -328,33 +328,35 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
         }
       }
   };
-  if (!split) {
+  auto store = [&] {
     each([&](int r, int col, const float* v) {
       *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * ldy + col) = make_float2(v[0], v[1]);
     });
-    return;
-  }
-  // Split: this segment's sums to the workspace [groups][S][m][n]; the tile's last block to
-  // finish adds the S partial sums in segment order (whichever block that is) and resets the
-  // tile's counter for the next launch.
-  auto part_at = [&](int sg, int r, int col) {
-    return ws + ((static_cast<int64_t>(g) * S + sg) * p.m + row0 + r) * N + n0 + col;
   };
-  each([&](int r, int col, const float* v) { *reinterpret_cast<float2*>(part_at(seg, r, col)) = make_float2(v[0], v[1]); });
-  __threadfence();
-  __syncthreads();
-  __shared__ bool s_last;
-  int* counter = p.counters + counter_at;
-  if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == S - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  // Each element's partial sums added in segment order to 0. Tiles up to 64 x 128: segment by
-  // segment, every element of the thread's at once (one memory latency a segment, not one per
-  // element and segment; measured at 64 rows: a layer's split products 0.6 ms less per step).
-  // Wider tiles element by element: there the hoisted addresses took 172 registers, not 128,
-  // and one block per SM instead of two.
-  if constexpr (BM * BN <= 64 * 128 && !FOLD) {  // (a folding launch never splits: each adds into acc)
+  if (!split) return store();
+  if constexpr (BM * BN > 64 * 128 || FOLD) {
+    // launch_gemm gives tiles wider than 64 x 128 no workspace (they fold; the sums below took
+    // 172 registers at 128 x 128, one block per SM instead of two), folding launches none either.
+    __trap();
+  } else {
+    // Split: this segment's sums to the workspace [groups][S][m][n]; the tile's last block to
+    // finish adds the S partial sums in segment order (whichever block that is) and resets the
+    // tile's counter for the next launch.
+    auto part_at = [&](int sg, int r, int col) {
+      return ws + ((static_cast<int64_t>(g) * S + sg) * p.m + row0 + r) * N + n0 + col;
+    };
+    each([&](int r, int col, const float* v) { *reinterpret_cast<float2*>(part_at(seg, r, col)) = make_float2(v[0], v[1]); });
+    __threadfence();
+    __syncthreads();
+    __shared__ bool s_last;
+    int* counter = p.counters + counter_at;
+    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == S - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    // Each element's partial sums added in segment order to 0, segment by segment with every
+    // element of the thread's at once (one memory latency a segment, not one per element and
+    // segment; measured at 64 rows: a layer's split products 0.6 ms less per step).
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -367,21 +369,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
         sum[0] += pv.x;
         sum[1] += pv.y;
       });
-    each([&](int r, int col, const float* v) {
-      *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * ldy + col) = make_float2(v[0], v[1]);
-    });
-  } else {
-    each([&](int r, int col, const float*) {
-      float2 sum = make_float2(0.0f, 0.0f);
-      for (int sg = 0; sg < S; ++sg) {
-        const float2 v = __ldcg(reinterpret_cast<const float2*>(part_at(sg, r, col)));
-        sum.x += v.x;
-        sum.y += v.y;
-      }
-      *reinterpret_cast<float2*>(Y + static_cast<int64_t>(r) * ldy + col) = sum;
-    });
+    store();
+    if (threadIdx.x == 0) *counter = 0;
   }
-  if (threadIdx.x == 0) *counter = 0;
 }
 
 // The parts' k segments, first units (column tiles of BN x segments), tile counters (row tiles
@@ -425,7 +415,9 @@ void launch_gemm(Bf16Gemm p, cudaStream_t s) {
   }
   const int ks = gemm_bf16_split(p), S = static_cast<int>(ceil_div(p.k, ks));
   const int64_t cols = ceil_div(p.n, BN);
-  if (S == 1 || tiles * cols * p.groups > kGemmCounters || !p.counters) p.part = nullptr;
+  // No workspace (folding in registers instead) for one segment, too many tiles, or tiles wider
+  // than 64 x 128 (the kernel adds partial sums only for narrower ones).
+  if (S == 1 || tiles * cols * p.groups > kGemmCounters || !p.counters || BM * BN > 64 * 128) p.part = nullptr;
   auto kernel = S > 1 && !p.part ? gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, true, XF>
                                  : gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF>;
   opt_in_smem(kernel, smem);
