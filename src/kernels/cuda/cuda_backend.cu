@@ -269,9 +269,9 @@ class CudaBackend final : public Backend {
     if (one && cuda::gemm_bf16_parts_fit(p) && cuda::gemm_bf16_takes_f32(p) && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
         a.k % 4 == 0)
       return gemm_bf16_from(p, a.x, a.m, a.k, a.k);
-    // One product each. Above the decode tiling's rows every bf16 product reads x rounded to
-    // bf16: rounded once for all of them (the same copy each would make).
-    if (precision_ != Precision::kBF16 || a.m <= 16 || a.count < 2) return Backend::multi_matmul(a);
+    // One product each. Where the kernel does not read float32 x itself, every bf16 product reads
+    // x rounded to bf16: rounded once for all of them (the same copy each would make).
+    if (precision_ != Precision::kBF16 || a.count < 2 || cuda::gemm_bf16_takes_f32(p)) return Backend::multi_matmul(a);
     auto* xb = scratch<__nv_bfloat16>(a.m * a.k);
     cuda::to_bf16(a.x, a.m, a.m, a.k, a.k, xb, stream_);
     for (int i = 0; i < a.count; ++i) gemm({.x = a.x, .w = a.outs[i].w, .y = a.outs[i].y, .m = a.m, .n = a.outs[i].n, .k = a.k}, true, xb);
