@@ -481,38 +481,49 @@ TEST(CudaMultiSequence, IndexerBatchIsEachSequencesCall) {
 // copy_batch and dequant_packed_batch against their single forms.
 TEST(CudaMultiSequence, BatchedCopiesAndRingReads) {
   Backends b;
-  const int64_t dim = 512, block = 32;
+  const int64_t dim = 512;
   std::vector<int64_t> rows{3, 0, 127, 1};
-  std::vector<std::vector<uint8_t>> codes, scales;
   std::mt19937 g(9);
-  for (int64_t r : rows) {
-    codes.emplace_back(static_cast<size_t>(r * dim));
-    scales.emplace_back(static_cast<size_t>(r * dim / block));
-    for (auto& c : codes.back()) c = static_cast<uint8_t>(g() & 0x7E);  // no NaN codes
-    for (auto& c : scales.back()) c = static_cast<uint8_t>(110 + g() % 30);
-  }
   int64_t total = 0;
   for (int64_t r : rows) total += r;
-  Dev<float> out(static_cast<size_t>(total * dim));
-  std::vector<std::unique_ptr<Dev<uint8_t>>> dc, ds;
-  std::vector<PackedDesc> descs;
-  std::vector<float> ref(static_cast<size_t>(total * dim));
-  int64_t off = 0;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    dc.push_back(std::make_unique<Dev<uint8_t>>(codes[i]));
-    ds.push_back(std::make_unique<Dev<uint8_t>>(scales[i]));
-    descs.push_back({dc[i]->p, ds[i]->p, out.p + off * dim, rows[i]});
-    if (rows[i]) dequant_fake_quant(FakeQuant::kFp8Pow2, codes[i].data(), scales[i].data(), rows[i], dim, block, ref.data() + off * dim);
-    off += rows[i];
+  // Every cache format, its values 8 a thread (aligned output) or one a thread (the output one
+  // float past alignment): the CPU's dequantisation bitwise.
+  struct Case {
+    FakeQuant kind;
+    int64_t block, shift;
+  };
+  for (const Case c : {Case{FakeQuant::kFp8Pow2, 32, 0}, Case{FakeQuant::kFp8Pow2, 32, 1}, Case{FakeQuant::kFp4Pow2, 32, 0},
+                       Case{FakeQuant::kFp4E4m3, 16, 0}, Case{FakeQuant::kFp4E4m3, 16, 1}}) {
+    const bool fp8 = c.kind == FakeQuant::kFp8Pow2;
+    std::vector<std::vector<uint8_t>> codes, scales;
+    for (int64_t r : rows) {
+      codes.emplace_back(static_cast<size_t>(r * dim / (fp8 ? 1 : 2)));
+      scales.emplace_back(static_cast<size_t>(r * dim / c.block));
+      for (auto& v : codes.back()) v = static_cast<uint8_t>(fp8 ? g() & 0x7E : g());  // no NaN codes
+      for (auto& v : scales.back()) v = static_cast<uint8_t>(c.kind == FakeQuant::kFp4E4m3 ? 20 + g() % 80 : 110 + g() % 30);
+    }
+    Dev<float> out(static_cast<size_t>(total * dim + 1));
+    std::vector<std::unique_ptr<Dev<uint8_t>>> dc, ds;
+    std::vector<PackedDesc> descs;
+    std::vector<float> ref(static_cast<size_t>(total * dim));
+    int64_t off = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      dc.push_back(std::make_unique<Dev<uint8_t>>(codes[i]));
+      ds.push_back(std::make_unique<Dev<uint8_t>>(scales[i]));
+      descs.push_back({dc[i]->p, ds[i]->p, out.p + c.shift + off * dim, rows[i]});
+      if (rows[i]) dequant_fake_quant(c.kind, codes[i].data(), scales[i].data(), rows[i], dim, c.block, ref.data() + off * dim);
+      off += rows[i];
+    }
+    std::vector<uint8_t> bytes(descs.size() * sizeof(PackedDesc));
+    std::memcpy(bytes.data(), descs.data(), bytes.size());
+    Dev<uint8_t> ddesc(bytes);
+    b.gpu->dequant_packed_batch({.kind = c.kind, .descs = reinterpret_cast<const PackedDesc*>(ddesc.p),
+                                 .n = static_cast<int64_t>(descs.size()), .dim = dim, .block = c.block, .max_rows = 127});
+    b.gpu->synchronize();
+    const std::vector<float> got = out.get();
+    EXPECT_EQ(std::memcmp(got.data() + c.shift, ref.data(), ref.size() * sizeof(float)), 0)
+        << "kind " << static_cast<int>(c.kind) << ", output shifted by " << c.shift;
   }
-  std::vector<uint8_t> bytes(descs.size() * sizeof(PackedDesc));
-  std::memcpy(bytes.data(), descs.data(), bytes.size());
-  Dev<uint8_t> ddesc(bytes);
-  b.gpu->dequant_packed_batch({.kind = FakeQuant::kFp8Pow2, .descs = reinterpret_cast<const PackedDesc*>(ddesc.p),
-                               .n = static_cast<int64_t>(descs.size()), .dim = dim, .block = block, .max_rows = 127});
-  b.gpu->synchronize();
-  const std::vector<float> got = out.get();
-  EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)), 0);
   // Copies: aligned and unaligned sizes and addresses.
   std::vector<uint8_t> src(10000), zero(10000, 0);
   for (auto& v : src) v = static_cast<uint8_t>(g());
