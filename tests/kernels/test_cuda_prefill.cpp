@@ -493,13 +493,17 @@ TEST(CudaMultiSequence, BatchedCopiesAndRingReads) {
     int64_t block, shift;
   };
   for (const Case c : {Case{FakeQuant::kFp8Pow2, 32, 0}, Case{FakeQuant::kFp8Pow2, 32, 1}, Case{FakeQuant::kFp4Pow2, 32, 0},
-                       Case{FakeQuant::kFp4E4m3, 16, 0}, Case{FakeQuant::kFp4E4m3, 16, 1}}) {
+                       Case{FakeQuant::kFp4Pow2, 32, 1}, Case{FakeQuant::kFp4E4m3, 16, 0}, Case{FakeQuant::kFp4E4m3, 16, 1},
+                       Case{FakeQuant::kFp8Pow2, 4, 0}}) {  // (a block of 4: one value a thread)
     const bool fp8 = c.kind == FakeQuant::kFp8Pow2;
     std::vector<std::vector<uint8_t>> codes, scales;
     for (int64_t r : rows) {
       codes.emplace_back(static_cast<size_t>(r * dim / (fp8 ? 1 : 2)));
       scales.emplace_back(static_cast<size_t>(r * dim / c.block));
-      for (auto& v : codes.back()) v = static_cast<uint8_t>(fp8 ? g() & 0x7E : g());  // no NaN codes
+      for (auto& v : codes.back()) {
+        do v = static_cast<uint8_t>(g());
+        while (fp8 && (v & 0x7F) == 0x7F);  // every e4m3 code but NaN's
+      }
       for (auto& v : scales.back()) v = static_cast<uint8_t>(c.kind == FakeQuant::kFp4E4m3 ? 20 + g() % 80 : 110 + g() % 30);
     }
     Dev<float> out(static_cast<size_t>(total * dim + 1));

@@ -236,7 +236,7 @@ void moe_combine(const MoeCombineArgs& a, cudaStream_t s) {
 
 void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s) {
   if (a.n <= 0 || a.block <= 0 || a.max_rows <= 0) return;
-  const int64_t per = a.max_rows * a.dim / (a.block % 8 == 0 ? 8 : 1);  // threads a range needs
+  const int64_t per = ceil_div(a.max_rows * a.dim, a.block % 8 == 0 ? 8 : 1);  // threads a range needs
   const unsigned bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(per, kThreads), 1024));
   for (int64_t first = 0; first < a.n; first += 65535) {
     const unsigned by = static_cast<unsigned>(std::min<int64_t>(a.n - first, 65535));
