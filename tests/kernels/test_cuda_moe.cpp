@@ -238,15 +238,17 @@ TEST(CudaMoe, DecodeProductHasTheBitsOfTheWiderTiling) {
   }
 }
 
-// Products of more than 128 rows per tile (128 x 128 tiles): every row the bits of the decode
-// tiling's and the 64 x 128 tiling's,
-// and within the CPU's bf16 emulation. A dense product too wide to split (264 column tiles) at
-// 300 rows, and 4 experts of 200 rows each.
+// Products of more than 128 rows per tile (128 x 256 tiles of warpgroup products on sm_90a;
+// 128 x 128 of mma.sync with DEEPINFER_CUDA_WGMMA=0): every row the bits of the decode tiling's
+// and the 64 x 128 tiling's, and within the CPU's bf16 emulation. A dense product too wide to
+// split (266 column tiles of 64, the last 256-column tile half full, 17 k slices) at 300 rows,
+// and 4 experts of 200 rows each over k 128 (two slices: no more than the pipeline's depth) and
+// 512.
 TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
   auto cpu = make_cpu_backend(0, Precision::kBF16);
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   {
-    const int64_t n = 16896, k = 1024, rows = 300;
+    const int64_t n = 17024, k = 1088, rows = 300;
     ASSERT_EQ(cuda::gemm_split_segments(n, k, 1, false), 1);
     Experts w(1, n, k, 60);
     const auto x = randn(static_cast<size_t>(rows * k), 61);
@@ -266,8 +268,8 @@ TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
       EXPECT_EQ(std::memcmp(got.data(), all.data(), got.size() * 4), 0) << "dense: the first " << m << " rows alone";
     }
   }
-  {
-    const int64_t E = 4, n = 2304, k = 512, per = 200, rows = E * per;
+  for (const int64_t k : {128, 512}) {
+    const int64_t E = 4, n = 2304, per = 200, rows = E * per;
     Experts ex(E, n, k, 70);
     std::vector<int32_t> off(static_cast<size_t>(E + 1));
     for (int64_t e = 0; e <= E; ++e) off[static_cast<size_t>(e)] = static_cast<int32_t>(e * per);
@@ -280,11 +282,11 @@ TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
     gpu->grouped_matmul({.x = dx.p, .w = ex.dv.data(), .offsets = doff.p, .y = dy.p, .rows = rows, .n = n, .k = k, .experts = E});
     gpu->synchronize();
     const auto got = dy.get();
-    EXPECT_LT(rel_err(ref, got), 2e-5) << "grouped, " << per << " rows per expert";
+    EXPECT_LT(rel_err(ref, got), 2e-5) << "grouped, " << per << " rows per expert, k " << k;
     for (int64_t e = 0; e < E; ++e)
       for (int64_t r : {e * per, e * per + per - 1}) {
         EXPECT_EQ(std::memcmp(expert_row_alone(*gpu, ex, x, e, r).data(), got.data() + r * n, static_cast<size_t>(n) * 4), 0)
-            << "expert " << e << " row " << r;
+            << "expert " << e << " row " << r << ", k " << k;
       }
   }
 }

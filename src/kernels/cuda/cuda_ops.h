@@ -112,6 +112,9 @@ constexpr int64_t kGemmCounters = 1 << 16;
 bool gemm_bf16_fits(int64_t n, int64_t k);
 // The k segment length of a product (gemm_split.h).
 int gemm_bf16_split(const Bf16Gemm& p);
+// Whether products of more than 128 rows per tile run on warpgroup products (wgmma; sm_90a):
+// DEEPINFER_CUDA_WGMMA, default on.
+bool wgmma_enabled();
 // Whether the launch reads x as float32 (x_f32, 16-byte aligned rows and group strides): dense
 // products in the decode tiling (at most 16 rows, k a multiple of 128).
 bool gemm_bf16_takes_f32(const Bf16Gemm& p);

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm_split.h"
@@ -123,16 +124,30 @@ __device__ bool find_tile(const int32_t* off, int E, int t, int* s_e, int* s_row
 // are whole slices). FOLD: one block covers every segment, adding each one's sum as it ends.
 // XF: x is float32 (p.x_f32), rounded to bf16 on its way into shared memory (through registers,
 // loaded before a slice's products and stored after them), as to_bf16 would.
-template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool FOLD, bool XF>
+// WG (sm_90a): the products by warpgroups (wgmma m64nBNk16, each warpgroup 64 rows x BN columns,
+// each warp 16 rows of them: WARPS_N 1, BN 128 or 256, BK 64), both operands read from shared
+// memory through descriptors, the slices stored in the 128-byte swizzle (mma.cuh); the products
+// of a slice run while the next slice's are issued (a stage is refilled two slices after it was
+// read, so STAGES - 2 slices are in flight). An element keeps mma.sync's bits (the same k16
+// steps in the same order: tools/wgmma_probe.cu, and the tilings' bitwise tests). Folding only
+// at BN 128 (the second set of accumulators).
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool FOLD, bool XF, bool WG = false>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p, int ks) {
   // Dense: the weights' first slices are requested before the programmatic wait (nothing
   // writes them); every other access, and the grouped tile search, after it.
   constexpr int kThreads = WARPS_M * WARPS_N * 32, TM = BM / WARPS_M, TN = BN / WARPS_N, MI = TM / 16, NI = TN / 8;
   constexpr int LDS = BK + 8, CH = BK / 8;  // smem row stride (ldmatrix rows on distinct banks); 16-byte chunks per row
   static_assert(TM % 16 == 0 && TN % 16 == 0, "warp tile of whole 16 x 16 pieces");
+  static_assert(!WG || (WARPS_N == 1 && TM == 16 && (BN == 128 || (BN == 256 && !FOLD)) && BK == 64 && WARPS_M % 4 == 0 &&
+                        !XF && STAGES > 2),
+                "warpgroup tiling");
+  constexpr int SA = WG ? BM * BK : BM * LDS, SB = WG ? BN * BK : BN * LDS;  // a stage's elements
+  constexpr int PRE = WG ? STAGES - 2 : STAGES - 1;                          // slices loaded ahead
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [STAGES][BM][LDS]
-  __nv_bfloat16* sB = sA + STAGES * BM * LDS;                        // [STAGES][BN][LDS]
+  // WG: the tiles 1024-byte aligned (the swizzle's atoms; launch_gemm adds the room).
+  const uint32_t pad = WG ? (1024 - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024 : 0;
+  __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem_raw + pad);  // [STAGES][SA]
+  __nv_bfloat16* sB = sA + STAGES * SA;                                  // [STAGES][SB]
   __shared__ int s_e, s_row0, s_rows;
   const int K = p.k;
   // The block's place in the launch grid, in raster order (gemm_split.h): groups of row tiles,
@@ -216,7 +231,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       for (int i = 0; i < AC; ++i) {
         const int c = threadIdx.x + i * kThreads, r = c / CH, ch = c % CH;
         if (c >= BM * CH) continue;
-        *reinterpret_cast<uint4*>(sA + (stage * BM + r) * LDS + ch * 8) = pack_bf16x8(areg[i][0], areg[i][1]);
+        *reinterpret_cast<uint4*>(sA + stage * SA + r * LDS + ch * 8) = pack_bf16x8(areg[i][0], areg[i][1]);
       }
     }
   };
@@ -225,7 +240,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
     for (int c = threadIdx.x; c < BN * CH; c += kThreads) {
       const int r = c / CH, ch = c % CH;
       const bool ok = r < ncols;
-      cp_async16(sB + (stage * BN + r) * LDS + ch * 8, B + static_cast<int64_t>(ok ? r : 0) * K + k0 + ch * 8, ok);
+      cp_async16(sB + stage * SB + (WG ? sw128_at(r, ch) : r * LDS + ch * 8), B + static_cast<int64_t>(ok ? r : 0) * K + k0 + ch * 8, ok);
     }
   };
   auto load = [&](int stage, int kt, bool with_b) {
@@ -234,7 +249,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       for (int c = threadIdx.x; c < BM * CH; c += kThreads) {
         const int r = c / CH, ch = c % CH;
         const bool ok = r < rows;
-        cp_async16(sA + (stage * BM + r) * LDS + ch * 8, A + static_cast<int64_t>(ok ? r : 0) * p.ldx + k0 + ch * 8, ok);
+        cp_async16(sA + stage * SA + (WG ? sw128_at(r, ch) : r * LDS + ch * 8), A + static_cast<int64_t>(ok ? r : 0) * p.ldx + k0 + ch * 8,
+                   ok);
       }
     }
     if (with_b) load_b(stage, kt);
@@ -255,18 +271,18 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
           }
     }
   };
-  // Dense: the first STAGES - 1 weight slices before the wait, uncommitted, so they join the
-  // first group with slice 0 of x (group s then holds what stage s needs, as below).
+  // Dense: the first PRE weight slices before the wait, uncommitted, so they join the first
+  // group with slice 0 of x (group s then holds what stage s needs, as below).
   const bool early_b = p.offsets == nullptr;
   if (early_b) {
 #pragma unroll
-    for (int st = 0; st < STAGES - 1; ++st)
+    for (int st = 0; st < PRE; ++st)
       if (st < KT) load_b(st, st);
     DI_PDL_WAIT();
   }
   DI_PDL_TRIGGER();
 #pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
+  for (int st = 0; st < PRE; ++st) {
     if (st < KT) {
       load(st, st, !early_b);
       load_a(st);
@@ -276,40 +292,74 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / WARPS_N, wn = warp % WARPS_N;
-  for (int kt = 0; kt < KT; ++kt) {
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();  // stage kt landed for every thread; stage kt-1 is free to refill
-    const bool refill = kt + STAGES - 1 < KT;
-    if (refill) {
-      load((kt + STAGES - 1) % STAGES, kt + STAGES - 1, true);
-      load_a(kt + STAGES - 1);
+  if constexpr (WG) {
+    // Slice kt: landed (this thread's copies, then everyone's at the barrier, made visible to the
+    // products' async proxy); by the barrier every warpgroup's products of slice kt - 2 are done
+    // (each waits for all but its last group), so its stage takes slice kt + PRE; a finished
+    // segment folded once its products are done; the slice's four k16 products issued as one
+    // group, then the wait for the previous slice's.
+    float(&d)[BN / 2] = *reinterpret_cast<float(*)[BN / 2]>(&acc[0][0][0]);
+    const int wg = warp / 4;
+    for (int kt = 0; kt < KT; ++kt) {
+      cp_async_wait<PRE - 1>();
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncthreads();
+      if (kt + PRE < KT) load((kt + PRE) % STAGES, kt + PRE, true);
+      cp_async_commit();
+      const __nv_bfloat16* a_s = sA + (kt % STAGES) * SA + wg * 64 * BK;
+      const __nv_bfloat16* b_s = sB + (kt % STAGES) * SB;
+      if constexpr (FOLD)
+        if (kt > 0 && kt % SEG == 0) {
+          wgmma_wait<0>();
+          wgmma_hold(d);
+          fold();
+        }
+      wgmma_hold(d);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK; kk += 16) wgmma_m64k16_ss<BN>(d, wgmma_desc_sw128(a_s + kk), wgmma_desc_sw128(b_s + kk));
+      wgmma_commit();
+      wgmma_wait<1>();
+      wgmma_hold(d);
     }
-    cp_async_commit();
-    if constexpr (FOLD)
-      if (kt > 0 && kt % SEG == 0) fold();  // a segment ended
-    const __nv_bfloat16* a_s = sA + (kt % STAGES) * BM * LDS;
-    const __nv_bfloat16* b_s = sB + (kt % STAGES) * BN * LDS;
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      uint32_t af[MI][4], bf[NI][2];
-#pragma unroll
-      for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], a_s + (wm * TM + i * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
-#pragma unroll
-      for (int j = 0; j < NI; j += 2) {
-        uint32_t r[4];
-        ldmatrix_x4(r, b_s + (wn * TN + j * 8 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk + ((lane >> 3) & 1) * 8);
-        bf[j][0] = r[0];
-        bf[j][1] = r[1];
-        bf[j + 1][0] = r[2];
-        bf[j + 1][1] = r[3];
+    wgmma_wait<0>();
+    wgmma_hold(d);
+  } else {
+    for (int kt = 0; kt < KT; ++kt) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();  // stage kt landed for every thread; stage kt-1 is free to refill
+      const bool refill = kt + STAGES - 1 < KT;
+      if (refill) {
+        load((kt + STAGES - 1) % STAGES, kt + STAGES - 1, true);
+        load_a(kt + STAGES - 1);
       }
+      cp_async_commit();
+      if constexpr (FOLD)
+        if (kt > 0 && kt % SEG == 0) fold();  // a segment ended
+      const __nv_bfloat16* a_s = sA + (kt % STAGES) * SA;
+      const __nv_bfloat16* b_s = sB + (kt % STAGES) * SB;
 #pragma unroll
-      for (int i = 0; i < MI; ++i)
+      for (int kk = 0; kk < BK; kk += 16) {
+        uint32_t af[MI][4], bf[NI][2];
 #pragma unroll
-        for (int j = 0; j < NI; ++j) mma_bf16(acc[i][j], af[i], bf[j][0], bf[j][1]);
+        for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], a_s + (wm * TM + i * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
+#pragma unroll
+        for (int j = 0; j < NI; j += 2) {
+          uint32_t r[4];
+          ldmatrix_x4(r, b_s + (wn * TN + j * 8 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk + ((lane >> 3) & 1) * 8);
+          bf[j][0] = r[0];
+          bf[j][1] = r[1];
+          bf[j + 1][0] = r[2];
+          bf[j + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NI; ++j) mma_bf16(acc[i][j], af[i], bf[j][0], bf[j][1]);
+      }
+      // The refilled stage's x (its slot was freed by this iteration's barrier; read after the next).
+      if (refill) store_a((kt + STAGES - 1) % STAGES);
     }
-    // The refilled stage's x (its slot was freed by this iteration's barrier; read after the next).
-    if (refill) store_a((kt + STAGES - 1) % STAGES);
   }
   cp_async_wait<0>();
   fold();
@@ -395,18 +445,19 @@ int64_t lay_out_parts(Bf16Gemm& p, int64_t BM = 16, int64_t BN = 64) {
   }
   return p.counters || off == 0 ? (counter <= kGemmCounters ? off : -1) : -1;
 }
-template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool XF = false>
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool XF = false, bool WG = false>
 void launch_gemm(Bf16Gemm p, cudaStream_t s) {
   // Grouped: at most ceil(rows / BM) + min(experts, rows) tiles (every expert with rows may end
   // on a partial tile, and at most `rows` experts have any): at one token 7 row tiles, not 65,
   // so the launch is not mostly blocks that find no tile.
   const int64_t tiles = ceil_div(p.m, BM) + (p.offsets ? std::min<int64_t>(p.experts, p.m) : 0);
-  constexpr int smem = STAGES * (BM + BN) * (BK + 8) * 2;
+  // (WG: unpadded rows in the swizzle, and room to align the tiles to 1024 bytes.)
+  constexpr int smem = WG ? STAGES * (BM + BN) * BK * 2 + 1024 : STAGES * (BM + BN) * (BK + 8) * 2;
   if (p.parts > 0) {  // grid x covers every part's units; no folding
     lay_out_parts(p, BM, BN);
     const Bf16Part& last = p.part_list[p.parts - 1];
     const int64_t units = last.unit0 + ceil_div(last.n, BN) * ceil_div(p.k, last.ks);
-    auto kernel = gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF>;
+    auto kernel = gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF, WG>;
     opt_in_smem(kernel, smem);
     const dim3 grid(static_cast<unsigned>(units), static_cast<unsigned>(tiles), 1);
     launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, static_cast<int>(p.k));
@@ -418,8 +469,15 @@ void launch_gemm(Bf16Gemm p, cudaStream_t s) {
   // No workspace (folding in registers instead) for one segment, too many tiles, or tiles wider
   // than 64 x 128 (the kernel adds partial sums only for narrower ones).
   if (S == 1 || tiles * cols * p.groups > kGemmCounters || !p.counters || BM * BN > 64 * 128) p.part = nullptr;
-  auto kernel = S > 1 && !p.part ? gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, true, XF>
-                                 : gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF>;
+  auto kernel = gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF, WG>;
+  if constexpr (WG && BN > 128) {
+    if (S > 1) {  // the dispatch sends products in k segments to narrower tiles
+      std::fprintf(stderr, "deepinfer: gemm_bf16: a product in k segments on the 256-column tiling\n");
+      std::abort();
+    }
+  } else if (S > 1 && !p.part) {
+    kernel = gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, true, XF, WG>;
+  }
   opt_in_smem(kernel, smem);
   const dim3 grid(static_cast<unsigned>(cols), static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups * (p.part ? S : 1)));
   launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, ks);
@@ -499,6 +557,14 @@ int64_t rows_per_tile(const Bf16Gemm& p) {
 }
 }  // namespace
 
+bool wgmma_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("DEEPINFER_CUDA_WGMMA");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
 int gemm_bf16_split(const Bf16Gemm& p) {
   return static_cast<int>(gemm_split_len(p.n, p.k, p.groups, p.offsets != nullptr));
 }
@@ -559,8 +625,13 @@ void gemm_bf16(const Bf16Gemm& pin, cudaStream_t s) {
     return launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
   } else if (p.k % 64 != 0) {
     launch_gemm<128, 128, 32, 2, 4, 4>(p, s);
-  } else if (per_tile <= 128 || fold || split) {
+  } else if (per_tile <= 128 || split || (fold && !wgmma_enabled())) {
     launch_gemm<64, 128, 64, 2, 4, 4>(p, s);
+  } else if (wgmma_enabled()) {
+    // Warpgroup products (unless DEEPINFER_CUDA_WGMMA=0), 4 stages, one block per SM: 128 x 256
+    // (193 KB of shared memory), or 128 x 128 (129 KB) where the k segments fold.
+    if (fold) launch_gemm<128, 128, 64, 8, 1, 4, false, true>(p, s);
+    else launch_gemm<128, 256, 64, 8, 1, 4, false, true>(p, s);
   } else {
     launch_gemm<128, 128, 64, 2, 4, 3>(p, s);
   }
