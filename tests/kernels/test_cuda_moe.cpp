@@ -242,8 +242,8 @@ TEST(CudaMoe, DecodeProductHasTheBitsOfTheWiderTiling) {
 // 128 x 128 of mma.sync with DEEPINFER_CUDA_WGMMA=0): every row the bits of the decode tiling's
 // and the 64 x 128 tiling's, and within the CPU's bf16 emulation. A dense product too wide to
 // split (266 column tiles of 64, the last 256-column tile half full, 17 k slices) at 300 rows,
-// and 4 experts of 200 rows each over k 128 (two slices: no more than the pipeline's depth) and
-// 512.
+// and 4 experts of 200 rows each over k 64 and 128 (one and two slices: no more than the
+// pipeline's depth) and 512.
 TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
   auto cpu = make_cpu_backend(0, Precision::kBF16);
   auto gpu = make_cuda_backend(0, Precision::kBF16);
@@ -268,7 +268,7 @@ TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
       EXPECT_EQ(std::memcmp(got.data(), all.data(), got.size() * 4), 0) << "dense: the first " << m << " rows alone";
     }
   }
-  for (const int64_t k : {128, 512}) {
+  for (const int64_t k : {64, 128, 512}) {
     const int64_t E = 4, n = 2304, per = 200, rows = E * per;
     Experts ex(E, n, k, 70);
     std::vector<int32_t> off(static_cast<size_t>(E + 1));
@@ -333,12 +333,13 @@ TEST(CudaMoe, MultiMatmulGivesEachProductItsOwnBits) {
 }
 
 // An expert's gate and up projections in one op (one launch): each the bits of its own grouped
-// product, at one token (the decode tiling) and 200.
+// product, at one token (the decode tiling), 200 (64 x 128 tiles) and 2200 (about 206 rows per
+// expert: the 128 x 256 warpgroup tiles on sm_90a).
 TEST(CudaMoe, GroupedPairGivesEachProductItsOwnBits) {
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   const int64_t E = 64, K = 6, n = 2304, k = 5120;
   Experts gate(E, n, k, 800), up(E, n, k, 900);
-  for (int64_t tokens : {1, 200}) {
+  for (int64_t tokens : {1, 200, 2200}) {
     const auto off = offsets_of(tokens, K, E, static_cast<uint32_t>(tokens + 5));
     const int64_t rows = tokens * K;
     Dev<float> dx(randn(static_cast<size_t>(rows * k), 12));

@@ -608,15 +608,19 @@ void gemm_bf16(const Bf16Gemm& pin, cudaStream_t s) {
   }
   // By the rows per tile (the rows per expert, or the product's rows): up to 16 (decode), 16-row
   // tiles over 64 columns and wide k slices, to keep enough weight bytes in flight; up to 128,
-  // 64 x 128 tiles; more, 128 x 128, except for split products (folding in registers: a second
-  // set of accumulators, 216 registers at 128 x 128, one block per SM, 128 at 64 x 128, two; or
-  // through the workspace, below). Every configuration gives the same bits (see the top).
+  // 64 x 128 tiles; more, warpgroup products on 128 x 256 tiles, 128 x 128 where k segments fold
+  // (the second set of accumulators), or without wgmma mma.sync on 128 x 128 (64 x 128 where
+  // they fold: 216 registers at 128 x 128 had left one block per SM). Products split through
+  // the workspace take 64 x 128 (below). Every configuration gives the same bits (see the top).
   const int64_t per_tile = rows_per_tile(p);
-  const bool fold = gemm_bf16_split(p) < p.k && !p.part;
   // Split over k into blocks of their own (a workspace, up to kSplitRowsMax rows): 64 x 128
   // tiles, whose last blocks add the partial sums with every load in flight (measured at 256
   // rows: 128 x 128 tiles took 50-90 us for products of a few MB, the sums' loads one by one).
+  // Otherwise the segments fold in registers: a workspace given to a product of more rows goes
+  // unused (it may be smaller than the split would need).
   const bool split = gemm_bf16_split(p) < p.k && p.part && per_tile <= kSplitRowsMax;
+  if (!split && p.parts == 0) p.part = nullptr;
+  const bool fold = gemm_bf16_split(p) < p.k && !p.part;
   if (per_tile <= 16) {
     if (p.k % 128 != 0) return launch_gemm<16, 64, 32, 1, 4, 8>(p, s);
     // Dense: 3 stages (65 KB of shared memory: three blocks per SM) measured 11% faster over a
