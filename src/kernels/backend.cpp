@@ -3,11 +3,22 @@
 
 #include "core/error.h"
 #include "kernels/backend.h"
+#include "kernels/buffer.h"
 
 namespace deepinfer::kernels {
 
 void Backend::grouped_matmul(const GroupedMatmulArgs& a) {
   DI_CHECK(!a.w2 == !a.y2, "grouped matmul: a second product needs both w2 and y2");
+  if (a.x_rows) {  // the gather first, then the product of the gathered rows
+    DI_CHECK(a.x_src_rows > 0 || a.rows == 0, "grouped matmul: x_rows without x_src_rows");
+    Buf<float> xg(*this, a.rows * a.k);
+    gather_rows({.src = a.x, .idx = a.x_rows, .dst = xg.data(), .rows = a.rows, .width = a.k});
+    GroupedMatmulArgs g = a;
+    g.x = xg.data();
+    g.x_rows = nullptr;
+    g.x_src_rows = 0;
+    return grouped_matmul(g);
+  }
   std::vector<int32_t> off(static_cast<size_t>(a.experts + 1));
   download(off.data(), a.offsets, (a.experts + 1) * static_cast<int64_t>(sizeof(int32_t)));
   DI_CHECK(off[0] >= 0 && off[static_cast<size_t>(a.experts)] <= a.rows, "grouped matmul: offsets outside the rows");

@@ -351,6 +351,11 @@ struct GroupedMatmulArgs {
   // and up projections in one op), each exactly what it gives alone.
   const WeightView* w2 = nullptr;  // [experts] like w, or null
   float* y2 = nullptr;             // [rows, n] fp32
+  // Optional: the rows gathered on the way in, as gather_rows into a [rows, k] copy and then
+  // this op would (the same bits): product row r reads x row x_rows[r] (backend memory, each
+  // below x_src_rows, the rows x then has).
+  const int32_t* x_rows = nullptr;  // [rows], or null
+  int64_t x_src_rows = 0;
 };
 
 // Several independent calls of one op in one (e.g. one sequence each): items[i] is what the

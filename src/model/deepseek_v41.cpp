@@ -893,12 +893,12 @@ void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {
   kernels::Buf<float> perm_w(be_, R);
   be_.moe_permute({.ids = ids, .weights = wts, .offsets = offsets.data(), .perm_token = perm_token.data(),
                    .perm_weight = perm_w.data(), .slot_row = slot_row.data(), .n = n, .k = K, .experts = E});
-  kernels::Buf<float> xg(be_, R * D), g(be_, R * I), u(be_, R * I), a(be_, R * I), eo(be_, R * D);
-  be_.gather_rows({.src = xn, .idx = perm_token.data(), .dst = xg.data(), .rows = R, .width = D});
+  kernels::Buf<float> g(be_, R * I), u(be_, R * I), a(be_, R * I), eo(be_, R * D);
   const float limit = static_cast<float>(c.swiglu_limit);
-  // Every expert's gate and up projections in one op, then its down projection.
-  be_.grouped_matmul({.x = xg.data(), .w = F.w1.data(), .offsets = offsets.data(), .y = g.data(), .rows = R, .n = I, .k = D,
-                      .experts = E, .w2 = F.w3.data(), .y2 = u.data()});
+  // Every expert's gate and up projections in one op, reading the tokens' rows in the permuted
+  // order through the index (no gathered copy), then its down projection.
+  be_.grouped_matmul({.x = xn, .w = F.w1.data(), .offsets = offsets.data(), .y = g.data(), .rows = R, .n = I, .k = D,
+                      .experts = E, .w2 = F.w3.data(), .y2 = u.data(), .x_rows = perm_token.data(), .x_src_rows = n});
   be_.swiglu({.gate = g.data(), .up = u.data(), .weight = perm_w.data(), .out = a.data(), .rows = R, .inter = I, .limit = limit});
   be_.grouped_matmul({.x = a.data(), .w = F.w2.data(), .offsets = offsets.data(), .y = eo.data(), .rows = R, .n = D, .k = I,
                       .experts = E});

@@ -334,7 +334,8 @@ TEST(CudaMoe, MultiMatmulGivesEachProductItsOwnBits) {
 
 // An expert's gate and up projections in one op (one launch): each the bits of its own grouped
 // product, at one token (the decode tiling), 200 (64 x 128 tiles) and 2200 (about 206 rows per
-// expert: the 128 x 256 warpgroup tiles on sm_90a).
+// expert: the 128 x 256 warpgroup tiles on sm_90a); and with the rows gathered on the way in
+// (x_rows: each token's row read K times through the index), the bits of a gathered copy's.
 TEST(CudaMoe, GroupedPairGivesEachProductItsOwnBits) {
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   const int64_t E = 64, K = 6, n = 2304, k = 5120;
@@ -355,6 +356,24 @@ TEST(CudaMoe, GroupedPairGivesEachProductItsOwnBits) {
     EXPECT_EQ(std::memcmp(a.data(), g1.get().data(), a.size() * 4), 0) << "gate, " << tokens << " tokens";
     EXPECT_EQ(std::memcmp(b.data(), u1.get().data(), b.size() * 4), 0) << "up, " << tokens << " tokens";
     EXPECT_NE(std::memcmp(a.data(), b.data(), a.size() * 4), 0);  // two products, not one twice
+    // Gathered: source rows (one per token), row r of the product reads row idx[r].
+    const auto src = randn(static_cast<size_t>(tokens * k), 13);
+    std::vector<int32_t> idx(static_cast<size_t>(rows));
+    std::vector<float> xg(static_cast<size_t>(rows * k));
+    for (int64_t r = 0; r < rows; ++r) {
+      idx[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7 + 3) % tokens);
+      std::memcpy(&xg[static_cast<size_t>(r * k)], &src[static_cast<size_t>(idx[static_cast<size_t>(r)] * k)], k * 4);
+    }
+    Dev<float> dsrc(src), dxg(xg), gg(g.n), gu(g.n), cg(g.n), cu(g.n);
+    Dev<int32_t> didx(idx);
+    gpu->grouped_matmul({.x = dxg.p, .w = gate.dv.data(), .offsets = doff.p, .y = cg.p, .rows = rows, .n = n, .k = k,
+                         .experts = E, .w2 = up.dv.data(), .y2 = cu.p});
+    gpu->grouped_matmul({.x = dsrc.p, .w = gate.dv.data(), .offsets = doff.p, .y = gg.p, .rows = rows, .n = n, .k = k,
+                         .experts = E, .w2 = up.dv.data(), .y2 = gu.p, .x_rows = didx.p, .x_src_rows = tokens});
+    gpu->synchronize();
+    const auto ga = gg.get(), gb = gu.get();
+    EXPECT_EQ(std::memcmp(ga.data(), cg.get().data(), ga.size() * 4), 0) << "gathered gate, " << tokens << " tokens";
+    EXPECT_EQ(std::memcmp(gb.data(), cu.get().data(), gb.size() * 4), 0) << "gathered up, " << tokens << " tokens";
   }
 }
 
@@ -390,10 +409,24 @@ TEST(CudaMoe, GroupedMatmulAnyFormatMatchesTheCpu) {
       std::vector<float> ref(static_cast<size_t>(rows * n));
       cpu->grouped_matmul({.x = x.data(), .w = hv.data(), .offsets = off.data(), .y = ref.data(), .rows = rows, .n = n, .k = k,
                            .experts = E});
-      Dev<float> dy(ref.size());
+      Dev<float> dy(ref.size()), dyg(ref.size());
       gpu->grouped_matmul({.x = dx.p, .w = dv.data(), .offsets = doff.p, .y = dy.p, .rows = rows, .n = n, .k = k, .experts = E});
+      // Rows gathered on the way in (here: row r reads row rows - 1 - r): gathered, then the same product.
+      std::vector<int32_t> rev(static_cast<size_t>(rows));
+      std::vector<float> xr(x.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        rev[static_cast<size_t>(r)] = static_cast<int32_t>(rows - 1 - r);
+        std::memcpy(&xr[static_cast<size_t>(r * k)], &x[static_cast<size_t>((rows - 1 - r) * k)], k * 4);
+      }
+      Dev<int32_t> drev(rev);
+      gpu->grouped_matmul({.x = dx.p, .w = dv.data(), .offsets = doff.p, .y = dyg.p, .rows = rows, .n = n, .k = k, .experts = E,
+                           .x_rows = drev.p, .x_src_rows = rows});
       gpu->synchronize();
       EXPECT_LT(rel_err(ref, dy.get()), 1e-5) << "format " << static_cast<int>(fmt) << " bf16 " << (p == Precision::kBF16);
+      std::vector<float> refg(ref.size());
+      cpu->grouped_matmul({.x = xr.data(), .w = hv.data(), .offsets = off.data(), .y = refg.data(), .rows = rows, .n = n, .k = k,
+                           .experts = E});
+      EXPECT_LT(rel_err(refg, dyg.get()), 1e-5) << "gathered, format " << static_cast<int>(fmt);
     }
   }
 }

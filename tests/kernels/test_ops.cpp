@@ -264,6 +264,19 @@ TEST(Ops, GroupedMatmulIsAMatmulPerExpert) {
     be->matmul({.x = x.data() + r * k, .w = w[r < 4 ? 0 : 2], .y = ref.data(), .m = 1, .n = n, .k = k});
     EXPECT_EQ(std::memcmp(ref.data(), y.data() + r * n, n * 4), 0) << "row " << r;
   }
+  // Rows gathered on the way in (x_rows over 4 source rows): row r the product of source row
+  // x_rows[r], as a gathered copy would give.
+  const std::vector<int32_t> x_rows = {3, 0, 2, 2, 1, 0, 3, 1, 2};
+  std::vector<float> xg(rows * k), yg(rows * n, -1.0f);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(&xg[r * k], &x[x_rows[r] * k], k * 4);
+  be->grouped_matmul({.x = xg.data(), .w = w.data(), .offsets = off.data(), .y = y.data(), .rows = rows, .n = n, .k = k,
+                      .experts = E});
+  be->grouped_matmul({.x = x.data(), .w = w.data(), .offsets = off.data(), .y = yg.data(), .rows = rows, .n = n, .k = k,
+                      .experts = E, .x_rows = x_rows.data(), .x_src_rows = 4});
+  EXPECT_EQ(y, yg);
+  EXPECT_DEATH(be->grouped_matmul({.x = x.data(), .w = w.data(), .offsets = off.data(), .y = yg.data(), .rows = rows, .n = n,
+                                   .k = k, .experts = E, .x_rows = x_rows.data()}),
+               "x_rows without x_src_rows");
   off = {0, 4, 3, 9};  // descending: stopped with a message, not a wild write
   EXPECT_DEATH(be->grouped_matmul({.x = x.data(), .w = w.data(), .offsets = off.data(), .y = y.data(), .rows = rows, .n = n,
                                    .k = k, .experts = E}),

@@ -209,9 +209,15 @@ class CudaBackend final : public Backend {
   // Every expert in one launch, the offsets read on the device (no host round trip): bf16
   // tensor cores when every expert is stored as bf16, else float32 math from any format.
   // With a second product (w2, y2): both in one launch on the tensor cores (x rounded once).
+  // Gathered rows (x_rows): on the tensor cores x's rows are rounded once and the kernel reads
+  // them through the index; otherwise gathered first.
   void grouped_matmul(const GroupedMatmulArgs& a) override {
     if (!a.w2 != !a.y2) {
       std::fprintf(stderr, "deepinfer: grouped matmul: a second product needs both w2 and y2\n");
+      std::abort();
+    }
+    if (a.x_rows && a.x_src_rows <= 0 && a.rows > 0) {
+      std::fprintf(stderr, "deepinfer: grouped matmul: x_rows without x_src_rows\n");
       std::abort();
     }
     if (a.rows == 0) return;
@@ -231,6 +237,7 @@ class CudaBackend final : public Backend {
     }
     const WeightView* table = expert_table(a.w, a.experts);
     const WeightView* table2 = a.w2 ? expert_table(a.w2, a.experts) : nullptr;
+    if (!tensor_cores && a.x_rows) return Backend::grouped_matmul(a);  // gathers, then comes back
     if (!tensor_cores) {
       cuda::grouped_gemm_any(a.x, table, a.offsets, a.y, a.rows, a.n, a.k, a.experts, precision_ == Precision::kBF16,
                              stream_);
@@ -239,7 +246,7 @@ class CudaBackend final : public Backend {
                                precision_ == Precision::kBF16, stream_);
       return;
     }
-    cuda::Bf16Gemm p{.ldx = a.k, .w_table = table, .offsets = a.offsets, .y = a.y, .ldy = a.n,
+    cuda::Bf16Gemm p{.ldx = a.k, .w_table = table, .offsets = a.offsets, .x_rows = a.x_rows, .y = a.y, .ldy = a.n,
                      .m = static_cast<int>(a.rows), .n = static_cast<int>(a.n), .k = static_cast<int>(a.k),
                      .experts = static_cast<int>(a.experts)};
     if (table2) {
@@ -247,7 +254,7 @@ class CudaBackend final : public Backend {
       p.part_list[0] = {.w_table = table, .y = a.y, .ldy = a.n, .n = static_cast<int>(a.n)};
       p.part_list[1] = {.w_table = table2, .y = a.y2, .ldy = a.n, .n = static_cast<int>(a.n)};
     }
-    gemm_bf16_from(p, a.x, a.rows, a.k, a.k);
+    gemm_bf16_from(p, a.x, a.x_rows ? a.x_src_rows : a.rows, a.k, a.k);
   }
   // One launch when every output takes the bf16 decode tiling, else one product each.
   static_assert(kMaxMatmulOuts <= cuda::kMaxBf16Parts, "every output of a multi_matmul is a part of one launch");

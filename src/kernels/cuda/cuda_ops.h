@@ -92,6 +92,7 @@ struct Bf16Gemm {
   const __nv_bfloat16* w_dense = nullptr;  // [n, k] (+ g * w_group_stride)
   const WeightView* w_table = nullptr;     // grouped: [experts]
   const int32_t* offsets = nullptr;        // grouped: [experts + 1]
+  const int32_t* x_rows = nullptr;         // grouped, bf16 x: row r of the product reads x row x_rows[r]
   float* y = nullptr;                      // [m, ldy] fp32
   int64_t ldy = 0;
   int m = 0, n = 0, k = 0, experts = 0, groups = 1;

@@ -149,6 +149,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem_raw + pad);  // [STAGES][SA]
   __nv_bfloat16* sB = sA + STAGES * SA;                                  // [STAGES][SB]
   __shared__ int s_e, s_row0, s_rows;
+  __shared__ int s_xrow[BM];  // p.x_rows: the x row each of the tile's rows reads
   const int K = p.k;
   // The block's place in the launch grid, in raster order (gemm_split.h): groups of row tiles,
   // row tile fastest, so the blocks sharing a weight tile run together.
@@ -203,7 +204,13 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   const int n0 = tx * BN;
   const int rows = s_rows, ncols = min(BN, N - n0), row0 = s_row0;
   const int64_t a_off = static_cast<int64_t>(row0) * p.ldx + g * p.x_group_stride;
-  const __nv_bfloat16* A = XF ? nullptr : p.x + a_off;
+  // Gathered rows (grouped, bf16 x only): the tile's x rows by index (rows past the tile's: row 0).
+  const bool gathered = !XF && p.x_rows != nullptr;
+  if (gathered) {
+    for (int i = threadIdx.x; i < BM; i += kThreads) s_xrow[i] = i < rows ? p.x_rows[row0 + i] : 0;
+    __syncthreads();
+  }
+  const __nv_bfloat16* A = XF ? nullptr : p.x + (gathered ? g * p.x_group_stride : a_off);
   const float* AF = XF ? p.x_f32 + a_off : nullptr;
   const __nv_bfloat16* B = Wb + g * p.w_group_stride + static_cast<int64_t>(n0) * K;
   float* Y = Yb + static_cast<int64_t>(row0) * ldy + g * p.y_group_stride + n0;
@@ -249,8 +256,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       for (int c = threadIdx.x; c < BM * CH; c += kThreads) {
         const int r = c / CH, ch = c % CH;
         const bool ok = r < rows;
-        cp_async16(sA + stage * SA + (WG ? sw128_at(r, ch) : r * LDS + ch * 8), A + static_cast<int64_t>(ok ? r : 0) * p.ldx + k0 + ch * 8,
-                   ok);
+        const int64_t xr = gathered ? s_xrow[ok ? r : 0] : (ok ? r : 0);
+        cp_async16(sA + stage * SA + (WG ? sw128_at(r, ch) : r * LDS + ch * 8), A + xr * p.ldx + k0 + ch * 8, ok);
       }
     }
     if (with_b) load_b(stage, kt);
