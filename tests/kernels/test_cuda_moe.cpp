@@ -335,7 +335,8 @@ TEST(CudaMoe, MultiMatmulGivesEachProductItsOwnBits) {
 // An expert's gate and up projections in one op (one launch): each the bits of its own grouped
 // product, at one token (the decode tiling), 200 (64 x 128 tiles) and 2200 (about 206 rows per
 // expert: the 128 x 256 warpgroup tiles on sm_90a); and with the rows gathered on the way in
-// (x_rows: each token's row read K times through the index), the bits of a gathered copy's.
+// (x_rows over at least 16 source rows, so a tile's index must be its own), the pair and the
+// gate alone, the bits of a gathered copy's.
 TEST(CudaMoe, GroupedPairGivesEachProductItsOwnBits) {
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   const int64_t E = 64, K = 6, n = 2304, k = 5120;
@@ -356,24 +357,28 @@ TEST(CudaMoe, GroupedPairGivesEachProductItsOwnBits) {
     EXPECT_EQ(std::memcmp(a.data(), g1.get().data(), a.size() * 4), 0) << "gate, " << tokens << " tokens";
     EXPECT_EQ(std::memcmp(b.data(), u1.get().data(), b.size() * 4), 0) << "up, " << tokens << " tokens";
     EXPECT_NE(std::memcmp(a.data(), b.data(), a.size() * 4), 0);  // two products, not one twice
-    // Gathered: source rows (one per token), row r of the product reads row idx[r].
-    const auto src = randn(static_cast<size_t>(tokens * k), 13);
+    // Gathered: row r of the product reads source row idx[r].
+    const int64_t src_rows = std::max<int64_t>(tokens, 16);
+    const auto src = randn(static_cast<size_t>(src_rows * k), 13);
     std::vector<int32_t> idx(static_cast<size_t>(rows));
     std::vector<float> xg(static_cast<size_t>(rows * k));
     for (int64_t r = 0; r < rows; ++r) {
-      idx[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7 + 3) % tokens);
+      idx[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7 + 3) % src_rows);
       std::memcpy(&xg[static_cast<size_t>(r * k)], &src[static_cast<size_t>(idx[static_cast<size_t>(r)] * k)], k * 4);
     }
-    Dev<float> dsrc(src), dxg(xg), gg(g.n), gu(g.n), cg(g.n), cu(g.n);
+    Dev<float> dsrc(src), dxg(xg), gg(g.n), gu(g.n), cg(g.n), cu(g.n), g_alone(g.n);
     Dev<int32_t> didx(idx);
     gpu->grouped_matmul({.x = dxg.p, .w = gate.dv.data(), .offsets = doff.p, .y = cg.p, .rows = rows, .n = n, .k = k,
                          .experts = E, .w2 = up.dv.data(), .y2 = cu.p});
     gpu->grouped_matmul({.x = dsrc.p, .w = gate.dv.data(), .offsets = doff.p, .y = gg.p, .rows = rows, .n = n, .k = k,
-                         .experts = E, .w2 = up.dv.data(), .y2 = gu.p, .x_rows = didx.p, .x_src_rows = tokens});
+                         .experts = E, .w2 = up.dv.data(), .y2 = gu.p, .x_rows = didx.p, .x_src_rows = src_rows});
+    gpu->grouped_matmul({.x = dsrc.p, .w = gate.dv.data(), .offsets = doff.p, .y = g_alone.p, .rows = rows, .n = n, .k = k,
+                         .experts = E, .x_rows = didx.p, .x_src_rows = src_rows});
     gpu->synchronize();
-    const auto ga = gg.get(), gb = gu.get();
-    EXPECT_EQ(std::memcmp(ga.data(), cg.get().data(), ga.size() * 4), 0) << "gathered gate, " << tokens << " tokens";
+    const auto ga = gg.get(), gb = gu.get(), gc = cg.get();
+    EXPECT_EQ(std::memcmp(ga.data(), gc.data(), ga.size() * 4), 0) << "gathered gate, " << tokens << " tokens";
     EXPECT_EQ(std::memcmp(gb.data(), cu.get().data(), gb.size() * 4), 0) << "gathered up, " << tokens << " tokens";
+    EXPECT_EQ(std::memcmp(g_alone.get().data(), gc.data(), ga.size() * 4), 0) << "gathered gate alone, " << tokens << " tokens";
   }
 }
 

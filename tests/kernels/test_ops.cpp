@@ -267,14 +267,15 @@ TEST(Ops, GroupedMatmulIsAMatmulPerExpert) {
   // Rows gathered on the way in (x_rows over 4 source rows): row r the product of source row
   // x_rows[r], as a gathered copy would give.
   const std::vector<int32_t> x_rows = {3, 0, 2, 2, 1, 0, 3, 1, 2};
+  const std::vector<float> src(x.begin(), x.begin() + 4 * k);  // 4 rows alone (a read past them shows under ASan)
   std::vector<float> xg(rows * k), yg(rows * n, -1.0f);
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(&xg[r * k], &x[x_rows[r] * k], k * 4);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(&xg[r * k], &src[x_rows[r] * k], k * 4);
   be->grouped_matmul({.x = xg.data(), .w = w.data(), .offsets = off.data(), .y = y.data(), .rows = rows, .n = n, .k = k,
                       .experts = E});
-  be->grouped_matmul({.x = x.data(), .w = w.data(), .offsets = off.data(), .y = yg.data(), .rows = rows, .n = n, .k = k,
+  be->grouped_matmul({.x = src.data(), .w = w.data(), .offsets = off.data(), .y = yg.data(), .rows = rows, .n = n, .k = k,
                       .experts = E, .x_rows = x_rows.data(), .x_src_rows = 4});
   EXPECT_EQ(y, yg);
-  EXPECT_DEATH(be->grouped_matmul({.x = x.data(), .w = w.data(), .offsets = off.data(), .y = yg.data(), .rows = rows, .n = n,
+  EXPECT_DEATH(be->grouped_matmul({.x = src.data(), .w = w.data(), .offsets = off.data(), .y = yg.data(), .rows = rows, .n = n,
                                    .k = k, .experts = E, .x_rows = x_rows.data()}),
                "x_rows without x_src_rows");
   off = {0, 4, 3, 9};  // descending: stopped with a message, not a wild write

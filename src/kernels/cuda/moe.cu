@@ -613,6 +613,10 @@ void gemm_bf16(const Bf16Gemm& pin, cudaStream_t s) {
     std::fprintf(stderr, "deepinfer: gemm_bf16 reads float32 x only in its decode tiling\n");
     std::abort();
   }
+  if (p.x_rows && (!p.offsets || p.x_f32)) {  // (read after the grouped launch's programmatic wait, through bf16 x)
+    std::fprintf(stderr, "deepinfer: gemm_bf16 gathers rows only for grouped products of bf16 x\n");
+    std::abort();
+  }
   // By the rows per tile (the rows per expert, or the product's rows): up to 16 (decode), 16-row
   // tiles over 64 columns and wide k slices, to keep enough weight bytes in flight; up to 128,
   // 64 x 128 tiles; more, warpgroup products on 128 x 256 tiles, 128 x 128 where k segments fold
