@@ -103,16 +103,6 @@ __device__ __forceinline__ void topk_row(const TopkMaskArgs& a, int64_t s, SelSh
       a.t, a.k, [&](int64_t j) { return (rs && !rs[j]) ? 0u : order_key(sc[j]); },
       [&](int64_t j, bool v) { selected[j] = v ? 1 : 0; }, sh);
 }
-__global__ void __launch_bounds__(kSelThreads) topk_mask_block_k(TopkMaskArgs a) {
-  DI_PDL_ENTRY();
-  __shared__ SelShared sh;
-  topk_row(a, blockIdx.x, sh);
-}
-__global__ void __launch_bounds__(kSelThreads) topk_mask_batch_k(const TopkMaskArgs* items) {
-  DI_PDL_ENTRY();
-  __shared__ SelShared sh;
-  topk_row(items[blockIdx.y], blockIdx.x, sh);
-}
 
 __device__ __forceinline__ void candidate_row(const CandidateBlocksArgs& a, int64_t s, SelShared& sh) {
   if (s >= a.s) return;
@@ -134,15 +124,20 @@ __device__ __forceinline__ void candidate_row(const CandidateBlocksArgs& a, int6
       },
       sh);
 }
-__global__ void __launch_bounds__(kSelThreads) candidate_blocks_block_k(CandidateBlocksArgs a) {
+
+// A selection by its row function ROW (topk_row, candidate_row): a block per row of one call
+// (grid x), or of a batch's items (grid y: the item, whose descriptor is in device memory).
+template <class Args, void (*ROW)(const Args&, int64_t, SelShared&)>
+__global__ void __launch_bounds__(kSelThreads) select_block_k(Args a) {
   DI_PDL_ENTRY();
   __shared__ SelShared sh;
-  candidate_row(a, blockIdx.x, sh);
+  ROW(a, blockIdx.x, sh);
 }
-__global__ void __launch_bounds__(kSelThreads) candidate_blocks_batch_k(const CandidateBlocksArgs* items) {
+template <class Args, void (*ROW)(const Args&, int64_t, SelShared&)>
+__global__ void __launch_bounds__(kSelThreads) select_batch_k(const Args* items) {
   DI_PDL_ENTRY();
   __shared__ SelShared sh;
-  candidate_row(items[blockIdx.y], blockIdx.x, sh);
+  ROW(items[blockIdx.y], blockIdx.x, sh);
 }
 
 // One warp per row: every expert's score computed by its lane (the same per-element formula as
@@ -215,7 +210,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
 void topk_mask(const TopkMaskArgs& a, cudaStream_t s) {
   if (a.s == 0) return;
   if (!legacy_forced()) {
-    launch_k(topk_mask_block_k, static_cast<unsigned>(a.s), kSelThreads, key_cache_bytes(keys_of(a)), s, a);
+    launch_k(select_block_k<TopkMaskArgs, topk_row>, static_cast<unsigned>(a.s), kSelThreads, key_cache_bytes(keys_of(a)), s, a);
   } else {
     launch_k(topk_mask_k, grid(a.s), kThreads, 0, s, a);
   }
@@ -224,7 +219,7 @@ void topk_mask(const TopkMaskArgs& a, cudaStream_t s) {
 void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s) {
   if (a.s == 0) return;
   if (!legacy_forced()) {
-    launch_k(candidate_blocks_block_k, static_cast<unsigned>(a.s), kSelThreads, key_cache_bytes(keys_of(a)), s, a);
+    launch_k(select_block_k<CandidateBlocksArgs, candidate_row>, static_cast<unsigned>(a.s), kSelThreads, key_cache_bytes(keys_of(a)), s, a);
     DI_CUDA_LAUNCHED();
     return;
   }
@@ -257,11 +252,11 @@ void launch_select_batch(void (*kern)(const Args*), const Args* host_items, cons
 }
 bool select_batch_fits(int64_t n) { return !legacy_forced() && n >= 1 && n <= 65535; }
 void topk_mask_batch(const TopkMaskArgs* host_items, const TopkMaskArgs* dev_items, int64_t n, cudaStream_t s) {
-  launch_select_batch(topk_mask_batch_k, host_items, dev_items, n, s);
+  launch_select_batch(select_batch_k<TopkMaskArgs, topk_row>, host_items, dev_items, n, s);
 }
 void candidate_blocks_batch(const CandidateBlocksArgs* host_items, const CandidateBlocksArgs* dev_items, int64_t n,
                             cudaStream_t s) {
-  launch_select_batch(candidate_blocks_batch_k, host_items, dev_items, n, s);
+  launch_select_batch(select_batch_k<CandidateBlocksArgs, candidate_row>, host_items, dev_items, n, s);
 }
 void router(const RouterArgs& a, cudaStream_t s) {
   if (a.rows == 0) return;
