@@ -183,22 +183,19 @@ class CrossCheck final : public Forwarding {
     c_->sample_rows({.x = x.data(), .params = p.data(), .ids = ids.data(), .rows = a.rows, .cols = a.cols});
     report("sample_rows", diff(ids, get(a.ids, a.rows)), a.rows);  // logprobs: values, not decisions
   }
-  void candidate_blocks(const CandidateBlocksArgs& a) override {
-    d_->candidate_blocks(a);
-    check(a);
+// The op on the device, then check(a) for it alone and for each item of its batch form.
+#define DI_CHECKED(op, Args)                                      \
+  void op(const Args& a) override {                               \
+    d_->op(a);                                                    \
+    check(a);                                                     \
+  }                                                               \
+  void op##_batch(const OpBatch<Args>& b) override {              \
+    d_->op##_batch(b);                                            \
+    for (int64_t i = 0; i < b.n; ++i) check(b.items[i]);          \
   }
-  void candidate_blocks_batch(const OpBatch<CandidateBlocksArgs>& b) override {
-    d_->candidate_blocks_batch(b);
-    for (int64_t i = 0; i < b.n; ++i) check(b.items[i]);
-  }
-  void topk_mask(const TopkMaskArgs& a) override {
-    d_->topk_mask(a);
-    check(a);
-  }
-  void topk_mask_batch(const OpBatch<TopkMaskArgs>& b) override {
-    d_->topk_mask_batch(b);
-    for (int64_t i = 0; i < b.n; ++i) check(b.items[i]);
-  }
+  DI_CHECKED(candidate_blocks, CandidateBlocksArgs)
+  DI_CHECKED(topk_mask, TopkMaskArgs)
+#undef DI_CHECKED
 
  private:
   // The device's candidate blocks / top-k (already computed) against the CPU's on its inputs.
