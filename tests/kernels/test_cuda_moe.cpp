@@ -88,6 +88,25 @@ struct Experts {
   }
 };
 
+// x ([rows, k], rows grouped by expert at offsets off) through ex's experts on the CPU (its
+// bf16 emulation: ref) and on the GPU (got).
+struct RefGot {
+  std::vector<float> ref, got;
+};
+RefGot grouped_on_both(Backend& cpu, Backend& gpu, const Experts& ex, const std::vector<int32_t>& off, const std::vector<float>& x) {
+  const int64_t E = static_cast<int64_t>(ex.dv.size()), n = ex.dv[0].rows, k = ex.dv[0].cols;
+  const int64_t rows = static_cast<int64_t>(x.size()) / k;
+  RefGot o{std::vector<float>(static_cast<size_t>(rows * n)), {}};
+  cpu.grouped_matmul({.x = x.data(), .w = ex.hv.data(), .offsets = off.data(), .y = o.ref.data(), .rows = rows, .n = n, .k = k,
+                      .experts = E});
+  Dev<float> dx(x), dy(o.ref.size());
+  Dev<int32_t> doff(off);
+  gpu.grouped_matmul({.x = dx.p, .w = ex.dv.data(), .offsets = doff.p, .y = dy.p, .rows = rows, .n = n, .k = k, .experts = E});
+  gpu.synchronize();
+  o.got = dy.get();
+  return o;
+}
+
 // Row r of x ([rows, k]) through expert e alone, in a launch of one row (the decode tiling).
 std::vector<float> expert_row_alone(Backend& gpu, const Experts& ex, const std::vector<float>& x, int64_t e, int64_t r) {
   const int64_t E = static_cast<int64_t>(ex.dv.size()), n = ex.dv[0].rows, k = ex.dv[0].cols;
@@ -118,14 +137,7 @@ TEST(CudaMoe, GroupedMatmulBf16MatchesTheCpuAndIsRowInvariant) {
       const auto off = offsets_of(tokens, K, E, static_cast<uint32_t>(tokens));
       const int64_t rows = tokens * K;
       const auto x = randn(static_cast<size_t>(rows * k), 11);
-      std::vector<float> ref(static_cast<size_t>(rows * n));
-      cpu->grouped_matmul({.x = x.data(), .w = ex.hv.data(), .offsets = off.data(), .y = ref.data(), .rows = rows, .n = n, .k = k,
-                           .experts = E});
-      Dev<float> dx(x), dy(ref.size());
-      Dev<int32_t> doff(off);
-      gpu->grouped_matmul({.x = dx.p, .w = ex.dv.data(), .offsets = doff.p, .y = dy.p, .rows = rows, .n = n, .k = k, .experts = E});
-      gpu->synchronize();
-      const auto got = dy.get();
+      const auto [ref, got] = grouped_on_both(*cpu, *gpu, ex, off, x);
       const double err = rel_err(ref, got);
       std::printf("[grouped %lld x %lld, %lld rows] rel err vs the CPU's bf16 emulation %.3g\n", static_cast<long long>(n),
                   static_cast<long long>(k), static_cast<long long>(rows), err);
@@ -274,14 +286,7 @@ TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
     std::vector<int32_t> off(static_cast<size_t>(E + 1));
     for (int64_t e = 0; e <= E; ++e) off[static_cast<size_t>(e)] = static_cast<int32_t>(e * per);
     const auto x = randn(static_cast<size_t>(rows * k), 71);
-    std::vector<float> ref(static_cast<size_t>(rows * n));
-    cpu->grouped_matmul({.x = x.data(), .w = ex.hv.data(), .offsets = off.data(), .y = ref.data(), .rows = rows, .n = n, .k = k,
-                         .experts = E});
-    Dev<float> dx(x), dy(ref.size());
-    Dev<int32_t> doff(off);
-    gpu->grouped_matmul({.x = dx.p, .w = ex.dv.data(), .offsets = doff.p, .y = dy.p, .rows = rows, .n = n, .k = k, .experts = E});
-    gpu->synchronize();
-    const auto got = dy.get();
+    const auto [ref, got] = grouped_on_both(*cpu, *gpu, ex, off, x);
     EXPECT_LT(rel_err(ref, got), 2e-5) << "grouped, " << per << " rows per expert, k " << k;
     for (int64_t e = 0; e < E; ++e)
       for (int64_t r : {e * per, e * per + per - 1}) {
