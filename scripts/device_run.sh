@@ -3,9 +3,10 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, engine, profile, kernels, trace, detail, check, probe, baseline,
+#   stages: test (default), bench, sweep, engine, profile, kernels, trace, detail, check, probe, baseline,
 #   all (all but baseline, kernels, trace, detail and probe);
-#   BENCH_ARGS are passed to bench/bench_device, TRACE_ARGS to it under the trace
+#   BENCH_ARGS are passed to bench/bench_device (also under sweep, once per setting of SWEEP),
+#   TRACE_ARGS to it under the trace
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/device-out}
@@ -62,6 +63,16 @@ for stage in $STAGES; do
       echo "== model on the device: bench_device ${BENCH_ARGS:-}" >> "$R"
       # shellcheck disable=SC2086
       ./build/cuda/bench/bench_device ${BENCH_ARGS:-} >> "$R" 2>&1
+      ;;
+    sweep)
+      # bench_device once per setting of SWEEP: settings separated by ';', each a list of
+      # VAR=value passed through env (e.g. SWEEP="X=0;X=4 Y=8"), the decode and prefill lines kept.
+      IFS=';' read -ra settings <<< "${SWEEP:-}"
+      for setting in "${settings[@]}"; do
+        echo "== sweep: $setting (bench_device ${BENCH_ARGS:-})" >> "$R"
+        # shellcheck disable=SC2086
+        env $setting ./build/cuda/bench/bench_device ${BENCH_ARGS:-} 2>&1 | grep -E "^decode|^prefill" >> "$R"
+      done
       ;;
     engine)
       # End to end through the CLI: run-batch of 128 token-id prompts x 1024, 128 tokens each,

@@ -328,14 +328,18 @@ struct MoeCombineArgs {
 
 // Groups the (token, slot) pairs of a routing by expert, stably: expert e's pairs become rows
 // [offsets[e], offsets[e+1]) of the permuted order, in ascending pair index i = t*K + k.
+// With `shared`, one more expert (number `experts`, the shared expert) follows, every token
+// once in token order with weight 1: rows [n*K, n*K + n), so the shared expert's products run
+// in the routed experts' grouped ops.
 struct MoePermuteArgs {
   const int32_t* ids = nullptr;      // [n*K] expert of pair i, in [0, experts)
   const float* weights = nullptr;    // [n*K] routing weight of pair i
-  int32_t* offsets = nullptr;        // [experts + 1] first permuted row of each expert, then n*K
-  int32_t* perm_token = nullptr;     // [n*K] token of permuted row j
-  float* perm_weight = nullptr;      // [n*K] routing weight of permuted row j
+  int32_t* offsets = nullptr;        // [experts + 1 (+ 1 with shared)] first permuted row of each expert, then the rows
+  int32_t* perm_token = nullptr;     // [n*K (+ n)] token of permuted row j
+  float* perm_weight = nullptr;      // [n*K (+ n)] routing weight of permuted row j
   int32_t* slot_row = nullptr;       // [n*K] permuted row of pair i
   int64_t n = 0, k = 0, experts = 0;
+  bool shared = false;
 };
 
 // y = x · w[e]ᵀ on the rows of each expert e (the routed experts' products in one op): rows
@@ -343,7 +347,7 @@ struct MoePermuteArgs {
 // for it alone, whatever the other rows and their experts.
 struct GroupedMatmulArgs {
   const float* x = nullptr;          // [rows, k] fp32, rows grouped by expert
-  const WeightView* w = nullptr;     // [experts] host array of views, each [n, k], one format
+  const WeightView* w = nullptr;     // [experts] host array of views, each [n, k] (any formats)
   const int32_t* offsets = nullptr;  // [experts + 1] in backend memory (MoePermuteArgs.offsets)
   float* y = nullptr;                // [rows, n] fp32
   int64_t rows = 0, n = 0, k = 0, experts = 0;

@@ -159,10 +159,10 @@ class CrossCheck final : public Forwarding {
   }
   void moe_permute(const MoePermuteArgs& a) override {
     d_->moe_permute(a);
-    const int64_t R = a.n * a.k;
-    std::vector<int32_t> ids = get(a.ids, R), off(static_cast<size_t>(a.experts + 1)), tok(static_cast<size_t>(R)),
+    const int64_t R = a.n * a.k, rows = R + (a.shared ? a.n : 0), offs = a.experts + (a.shared ? 2 : 1);
+    std::vector<int32_t> ids = get(a.ids, R), off(static_cast<size_t>(offs)), tok(static_cast<size_t>(rows)),
         slot(static_cast<size_t>(R));
-    std::vector<float> w = get(a.weights, R), pw(static_cast<size_t>(R));
+    std::vector<float> w = get(a.weights, R), pw(static_cast<size_t>(rows));
     MoePermuteArgs h = a;
     h.ids = ids.data();
     h.weights = w.data();
@@ -171,9 +171,9 @@ class CrossCheck final : public Forwarding {
     h.perm_weight = pw.data();
     h.slot_row = slot.data();
     c_->moe_permute(h);
-    const int64_t bad = diff(off, get(a.offsets, a.experts + 1)) + diff(tok, get(a.perm_token, R)) +
-                        diff(slot, get(a.slot_row, R)) + diff(pw, get(a.perm_weight, R));
-    report("moe_permute", bad, a.experts + 1 + 3 * R);
+    const int64_t bad = diff(off, get(a.offsets, offs)) + diff(tok, get(a.perm_token, rows)) +
+                        diff(slot, get(a.slot_row, R)) + diff(pw, get(a.perm_weight, rows));
+    report("moe_permute", bad, offs + R + 2 * rows);
   }
   void sample_rows(const SampleRowsArgs& a) override {
     d_->sample_rows(a);

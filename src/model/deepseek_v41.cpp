@@ -873,9 +873,8 @@ void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {
   const auto& c = cfg_;
   const MoeWeights& F = w_.layers[static_cast<size_t>(l)].ffn;
   const int64_t D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, I = c.moe_intermediate_size;
-  // The router's logits and the shared expert's gate and up projections in one op.
-  kernels::Buf<float> logits(be_, n * E), sg(be_, n * I), su(be_, n * I), sa(be_, n * I), so(be_, n * D);
-  linears(xn, n, {{&F.gate, logits.data()}, {&F.s_w1, sg.data()}, {&F.s_w3, su.data()}});
+  kernels::Buf<float> logits(be_, n * E);
+  linear(xn, n, F.gate, logits.data());
   kernels::Buf<int32_t> routed_ids(be_, n * K);
   kernels::Buf<float> routed_w(be_, n * K);
   int32_t* ids = routed_ids.data();
@@ -888,26 +887,26 @@ void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {
               .normalize = c.norm_topk_prob, .func = fn});
   // Group the (token, slot) pairs by expert (in backend memory: no round trip to the host);
   // expert e's rows are contiguous in the permuted order, and each product covers all experts.
-  const int64_t R = n * K;
-  kernels::Buf<int32_t> offsets(be_, E + 1), perm_token(be_, R), slot_row(be_, R);
-  kernels::Buf<float> perm_w(be_, R);
+  // The shared expert is expert E of the products (F's tables end with it): every token once,
+  // rows [n*K, n*K + n) in token order, weight 1.
+  const int64_t R = n * K, rows = R + n;
+  kernels::Buf<int32_t> offsets(be_, E + 2), perm_token(be_, rows), slot_row(be_, R);
+  kernels::Buf<float> perm_w(be_, rows);
   be_.moe_permute({.ids = ids, .weights = wts, .offsets = offsets.data(), .perm_token = perm_token.data(),
-                   .perm_weight = perm_w.data(), .slot_row = slot_row.data(), .n = n, .k = K, .experts = E});
-  kernels::Buf<float> g(be_, R * I), u(be_, R * I), a(be_, R * I), eo(be_, R * D);
+                   .perm_weight = perm_w.data(), .slot_row = slot_row.data(), .n = n, .k = K, .experts = E,
+                   .shared = true});
+  kernels::Buf<float> g(be_, rows * I), u(be_, rows * I), a(be_, rows * I), eo(be_, rows * D);
   const float limit = static_cast<float>(c.swiglu_limit);
   // Every expert's gate and up projections in one op, reading the tokens' rows in the permuted
   // order through the index (no gathered copy), then its down projection.
-  be_.grouped_matmul({.x = xn, .w = F.w1.data(), .offsets = offsets.data(), .y = g.data(), .rows = R, .n = I, .k = D,
-                      .experts = E, .w2 = F.w3.data(), .y2 = u.data(), .x_rows = perm_token.data(), .x_src_rows = n});
-  be_.swiglu({.gate = g.data(), .up = u.data(), .weight = perm_w.data(), .out = a.data(), .rows = R, .inter = I, .limit = limit});
-  be_.grouped_matmul({.x = a.data(), .w = F.w2.data(), .offsets = offsets.data(), .y = eo.data(), .rows = R, .n = D, .k = I,
-                      .experts = E});
-  // Shared expert over every row.
-  be_.swiglu({.gate = sg.data(), .up = su.data(), .weight = nullptr, .out = sa.data(), .rows = n, .inter = I, .limit = limit});
-  linear(sa.data(), n, F.s_w2, so.data());
+  be_.grouped_matmul({.x = xn, .w = F.w1.data(), .offsets = offsets.data(), .y = g.data(), .rows = rows, .n = I, .k = D,
+                      .experts = E + 1, .w2 = F.w3.data(), .y2 = u.data(), .x_rows = perm_token.data(), .x_src_rows = n});
+  be_.swiglu({.gate = g.data(), .up = u.data(), .weight = perm_w.data(), .out = a.data(), .rows = rows, .inter = I, .limit = limit});
+  be_.grouped_matmul({.x = a.data(), .w = F.w2.data(), .offsets = offsets.data(), .y = eo.data(), .rows = rows, .n = D,
+                      .k = I, .experts = E + 1});
   // Per token: routed outputs in ascending expert order (as the reference accumulates),
-  // then the shared expert.
-  be_.moe_combine({.expert_out = eo.data(), .slot_row = slot_row.data(), .ids = ids, .shared = so.data(), .y = y,
+  // then the shared expert's.
+  be_.moe_combine({.expert_out = eo.data(), .slot_row = slot_row.data(), .ids = ids, .shared = eo.data() + R * D, .y = y,
                    .n = n, .k = K, .dim = D});
 }
 

@@ -84,18 +84,15 @@ void visit(const ModelConfig& c, Weights& w, const Visitor& v) {
     const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
     v.mat(f + "gate.weight", E, D, &F.gate, false);
     v.vec(f + "gate.bias", E, &F.bias, 1);
-    F.w1.resize(static_cast<size_t>(E));
-    F.w2.resize(static_cast<size_t>(E));
-    F.w3.resize(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string x = f + "experts." + std::to_string(e) + ".";
+    F.w1.resize(static_cast<size_t>(E) + 1);
+    F.w2.resize(static_cast<size_t>(E) + 1);
+    F.w3.resize(static_cast<size_t>(E) + 1);
+    for (int64_t e = 0; e <= E; ++e) {  // the routed experts, then the shared one
+      const std::string x = e < E ? f + "experts." + std::to_string(e) + "." : f + "shared_experts.";
       v.mat(x + "w1.weight", I, D, &F.w1[e], false);
       v.mat(x + "w2.weight", D, I, &F.w2[e], false);
       v.mat(x + "w3.weight", I, D, &F.w3[e], false);
     }
-    v.mat(f + "shared_experts.w1.weight", I, D, &F.s_w1, false);
-    v.mat(f + "shared_experts.w2.weight", D, I, &F.s_w2, false);
-    v.mat(f + "shared_experts.w3.weight", I, D, &F.s_w3, false);
   }
   v.vec("norm.weight", D, &w.norm, 0);
   v.mat("head.weight", c.vocab_size, D, &w.head, false);
@@ -250,8 +247,8 @@ int64_t Weights::stored_bytes() const {
     add(L.hc_attn_fn);
     add(L.hc_ffn_fn);
     for (const Mat* m : {&L.attn.wq_a, &L.attn.wq_b, &L.attn.wkv, &L.attn.wo_a, &L.attn.wo_b, &L.attn.c_wkv, &L.attn.c_wgate,
-                         &L.attn.i_wq_b, &L.attn.i_weights_proj, &L.attn.i_wk, &L.ffn.gate, &L.ffn.s_w1, &L.ffn.s_w2,
-                         &L.ffn.s_w3, &L.engram.table, &L.engram.wkv})
+                         &L.attn.i_wq_b, &L.attn.i_weights_proj, &L.attn.i_wk, &L.ffn.gate, &L.engram.table,
+                         &L.engram.wkv})
       add(*m);
     for (const auto* v : {&L.ffn.w1, &L.ffn.w2, &L.ffn.w3})
       for (const Mat& m : *v) add(m);
@@ -378,10 +375,10 @@ void convert_matmul_weights(const ModelConfig& c, Weights& w, kernels::WeightFor
 }
 
 int64_t active_weight_bytes(const ModelConfig& c, const Weights& w) {
-  int64_t experts = 0;
+  int64_t experts = 0;  // the routed ones (the shared expert, last, is always active)
   for (const auto& L : w.layers)
     for (const auto* v : {&L.ffn.w1, &L.ffn.w2, &L.ffn.w3})
-      for (const Mat& m : *v) experts += kernels::weight_bytes(m);
+      for (size_t e = 0; e + 1 < v->size(); ++e) experts += kernels::weight_bytes((*v)[e]);
   const int64_t embed = kernels::weight_bytes(w.embed);
   return w.stored_bytes() - experts + experts / std::max<int64_t>(1, c.n_routed_experts) * c.num_experts_per_tok - embed +
          embed / std::max<int64_t>(1, c.vocab_size);

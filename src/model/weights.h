@@ -48,10 +48,9 @@ struct AttentionWeights {
 struct MoeWeights {
   Mat gate;                        // [E, D]
   const float* bias = nullptr;     // [E] selection-only correction bias
-  std::vector<Mat> w1, w3;         // E x [I, D]
-  std::vector<Mat> w2;             // E x [D, I]
-  Mat s_w1, s_w3;                  // [I, D] shared expert
-  Mat s_w2;                        // [D, I]
+  // The routed experts 0..E-1, then the shared expert (E): the grouped products' tables.
+  std::vector<Mat> w1, w3;         // (E + 1) x [I, D]
+  std::vector<Mat> w2;             // (E + 1) x [D, I]
 };
 
 struct EngramWeights {

@@ -38,12 +38,15 @@ struct Permuted {
   std::vector<float> perm_weight;
 };
 
-Permuted permute_cpu(const std::vector<int32_t>& ids, const std::vector<float>& w, int64_t n, int64_t K, int64_t E) {
+Permuted permute_cpu(const std::vector<int32_t>& ids, const std::vector<float>& w, int64_t n, int64_t K, int64_t E,
+                     bool shared = false) {
   auto cpu = make_cpu_backend(1);
-  Permuted p{std::vector<int32_t>(static_cast<size_t>(E + 1)), std::vector<int32_t>(ids.size()), std::vector<int32_t>(ids.size()),
-             std::vector<float>(ids.size())};
+  const size_t rows = ids.size() + (shared ? static_cast<size_t>(n) : 0);
+  Permuted p{std::vector<int32_t>(static_cast<size_t>(E + (shared ? 2 : 1))), std::vector<int32_t>(rows),
+             std::vector<int32_t>(ids.size()), std::vector<float>(rows)};
   cpu->moe_permute({.ids = ids.data(), .weights = w.data(), .offsets = p.offsets.data(), .perm_token = p.perm_token.data(),
-                    .perm_weight = p.perm_weight.data(), .slot_row = p.slot_row.data(), .n = n, .k = K, .experts = E});
+                    .perm_weight = p.perm_weight.data(), .slot_row = p.slot_row.data(), .n = n, .k = K, .experts = E,
+                    .shared = shared});
   return p;
 }
 
@@ -53,21 +56,24 @@ TEST(CudaMoe, PermuteIsBitwiseTheCpusStableSort) {
     int64_t n, K, E;
   };
   // One token; the fixture shape; many chunks of 1024 pairs; the released expert count.
-  for (Case c : {Case{1, 6, 64}, Case{7, 2, 8}, Case{5000, 6, 64}, Case{9, 6, 384}}) {
-    const auto ids = random_routing(c.n, c.K, c.E, static_cast<uint32_t>(c.n + c.E));
-    const auto w = randn(ids.size(), 7);
-    const Permuted ref = permute_cpu(ids, w, c.n, c.K, c.E);
-    Dev<int32_t> dids(ids), doff(ref.offsets.size()), dtok(ids.size()), dslot(ids.size());
-    Dev<float> dw(w), dpw(ids.size());
-    gpu->moe_permute({.ids = dids.p, .weights = dw.p, .offsets = doff.p, .perm_token = dtok.p, .perm_weight = dpw.p,
-                      .slot_row = dslot.p, .n = c.n, .k = c.K, .experts = c.E});
-    gpu->synchronize();
-    EXPECT_EQ(doff.get(), ref.offsets) << "n " << c.n << " E " << c.E;
-    EXPECT_EQ(dtok.get(), ref.perm_token) << "n " << c.n << " E " << c.E;
-    EXPECT_EQ(dslot.get(), ref.slot_row) << "n " << c.n << " E " << c.E;
-    const auto pw = dpw.get();
-    EXPECT_EQ(std::memcmp(pw.data(), ref.perm_weight.data(), pw.size() * 4), 0) << "n " << c.n << " E " << c.E;
-  }
+  // Each with and without the shared expert appended.
+  for (Case c : {Case{1, 6, 64}, Case{7, 2, 8}, Case{5000, 6, 64}, Case{9, 6, 384}})
+    for (bool shared : {false, true}) {
+      const auto ids = random_routing(c.n, c.K, c.E, static_cast<uint32_t>(c.n + c.E));
+      const auto w = randn(ids.size(), 7);
+      const Permuted ref = permute_cpu(ids, w, c.n, c.K, c.E, shared);
+      Dev<int32_t> dids(ids), doff(ref.offsets.size()), dtok(ref.perm_token.size()), dslot(ids.size());
+      Dev<float> dw(w), dpw(ref.perm_weight.size());
+      gpu->moe_permute({.ids = dids.p, .weights = dw.p, .offsets = doff.p, .perm_token = dtok.p, .perm_weight = dpw.p,
+                        .slot_row = dslot.p, .n = c.n, .k = c.K, .experts = c.E, .shared = shared});
+      gpu->synchronize();
+      const std::string at = "n " + std::to_string(c.n) + " E " + std::to_string(c.E) + (shared ? " shared" : "");
+      EXPECT_EQ(doff.get(), ref.offsets) << at;
+      EXPECT_EQ(dtok.get(), ref.perm_token) << at;
+      EXPECT_EQ(dslot.get(), ref.slot_row) << at;
+      const auto pw = dpw.get();
+      EXPECT_EQ(std::memcmp(pw.data(), ref.perm_weight.data(), pw.size() * 4), 0) << at;
+    }
 }
 
 // The experts' weights as bf16 on the host and the device.

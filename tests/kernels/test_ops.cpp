@@ -243,6 +243,15 @@ TEST(Ops, MoePermuteIsAStableSortByExpert) {
   EXPECT_EQ(tok, (std::vector<int32_t>{1, 2, 0, 1, 0, 2}));  // pairs 3,5 | 1,2 | 0,4
   EXPECT_EQ(pw, (std::vector<float>{0.4f, 0.6f, 0.2f, 0.3f, 0.1f, 0.5f}));
   EXPECT_EQ(slot, (std::vector<int32_t>{4, 2, 3, 0, 5, 1}));
+  // With the shared expert: expert 4, every token in order with weight 1, after the routed rows.
+  std::vector<int32_t> off2(6), tok2(9), slot2(6);
+  std::vector<float> pw2(9);
+  be->moe_permute({.ids = ids.data(), .weights = w.data(), .offsets = off2.data(), .perm_token = tok2.data(),
+                   .perm_weight = pw2.data(), .slot_row = slot2.data(), .n = 3, .k = 2, .experts = 4, .shared = true});
+  EXPECT_EQ(off2, (std::vector<int32_t>{0, 2, 4, 4, 6, 9}));
+  EXPECT_EQ(tok2, (std::vector<int32_t>{1, 2, 0, 1, 0, 2, 0, 1, 2}));
+  EXPECT_EQ(pw2, (std::vector<float>{0.4f, 0.6f, 0.2f, 0.3f, 0.1f, 0.5f, 1.0f, 1.0f, 1.0f}));
+  EXPECT_EQ(slot2, slot);
   ids[2] = 4;  // outside [0, E): an engine invariant, so it aborts with a message
   EXPECT_DEATH(be->moe_permute({.ids = ids.data(), .weights = w.data(), .offsets = off.data(), .perm_token = tok.data(),
                                 .perm_weight = pw.data(), .slot_row = slot.data(), .n = 3, .k = 2, .experts = 4}),

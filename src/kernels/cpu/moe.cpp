@@ -65,6 +65,12 @@ void moe_permute(core::ThreadPool&, const MoePermuteArgs& a) {
     a.perm_weight[j] = a.weights[i];
     a.slot_row[i] = j;
   }
+  if (!a.shared) return;
+  a.offsets[E + 1] = static_cast<int32_t>(R + a.n);
+  for (int64_t t = 0; t < a.n; ++t) {
+    a.perm_token[R + t] = static_cast<int32_t>(t);
+    a.perm_weight[R + t] = 1.0f;
+  }
 }
 
 }  // namespace deepinfer::kernels::cpu

@@ -40,11 +40,17 @@ __global__ void moe_permute_k(MoePermuteArgs a) {
   }
   int base = static_cast<int>(block_sum_i(before, part));
   const int count = static_cast<int>(block_sum_i(own, part));
+  const int64_t pairs = a.n * a.k;
   if (threadIdx.x == 0) {
     a.offsets[e] = base;
     if (e == a.experts - 1) a.offsets[a.experts] = base + count;
+    if (e == a.experts - 1 && a.shared) a.offsets[a.experts + 1] = static_cast<int32_t>(pairs + a.n);
   }
-  const int64_t pairs = a.n * a.k;
+  if (a.shared)  // the shared expert's rows: every token in order, weight 1
+    for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < a.n; t += gridDim.x * static_cast<int64_t>(blockDim.x)) {
+      a.perm_token[pairs + t] = static_cast<int32_t>(t);
+      a.perm_weight[pairs + t] = 1.0f;
+    }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
   for (int64_t i0 = 0; i0 < pairs; i0 += blockDim.x) {
     const int64_t i = i0 + threadIdx.x;
