@@ -33,8 +33,9 @@ namespace deepinfer::kernels::cuda {
 // attribute), then launch_dependents, which lets the next kernel's blocks be scheduled while
 // this one runs (they wait in their own DI_PDL_ENTRY). No memory is touched before the wait,
 // so the order of every read and write is the plain stream order; what overlaps is a launch's
-// setup and block dispatch with its predecessor's last blocks. Two exceptions: the dense bf16
-// products (gemm_bf16_k) start loading their weights before the wait. That needs the weights
+// setup and block dispatch with its predecessor's last blocks. Exceptions: the dense bf16
+// products (gemm_bf16_k) and the mHC mixes of few rows (hc_project_k, staged) start loading
+// their weights before the wait. That needs the weights
 // settled before any product runs: they are written only while a model loads (uploads, which
 // up to 64 KB are kernels too, and random fills), and loading ends with a synchronize
 // (model/weights.cpp). And host_copy_k reads its source (the pinned staging ring, written by

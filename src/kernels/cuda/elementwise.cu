@@ -274,7 +274,6 @@ enum : int { kMixGlobal = 0, kMixStaged = 1, kMixChunked = 2 };
 constexpr int kMixChunk = 128;
 template <int NMIX, int HC, int R, int MODE>
 __global__ void __launch_bounds__(kMixThreads, MODE == kMixChunked ? 2 : 1) hc_project_k(HcMixesArgs a, float* part, int* counters) {
-  DI_PDL_ENTRY();
   static_assert(MODE != kMixStaged || R == 1, "staging holds a row per warp");
   constexpr bool STAGED = MODE == kMixStaged;
   // STAGED: fn [NMIX][len], then the block's rows [<= 8][len]; chunked: 2 x (fn [NMIX][chunk],
@@ -288,11 +287,14 @@ __global__ void __launch_bounds__(kMixThreads, MODE == kMixChunked ? 2 : 1) hc_p
   const int64_t len = (width + kMixSlices - 1) / kMixSlices, i0 = slice * len, i1 = min(width, i0 + len);
   const int nr = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(R), a.rows - r0)));
   if constexpr (STAGED) {  // width and len multiples of 4, fn and x 16-byte aligned (the launch checks)
+    // fn (weights: settled before any kernel runs, as the products' weights; cuda_common.cuh)
+    // is requested before the programmatic wait, the rows after it.
     const int64_t n4 = (i1 - i0) / 4;  // 16-byte chunks of the slice
     for (int j = 0; j < NMIX && mix0 + j < nmix; ++j) {
       const float* src = a.fn + (mix0 + j) * width + i0;
       for (int64_t c = threadIdx.x; c < n4; c += kMixThreads) detail::cp_async16(s_fn + j * len + c * 4, src + c * 4);
     }
+    DI_PDL_ENTRY();
     const int64_t nrb = min(static_cast<int64_t>(kMixWarps), a.rows - rb0);
     for (int64_t c = threadIdx.x; c < nrb * n4; c += kMixThreads) {
       const int64_t w = c / n4, c4 = c - w * n4;
@@ -302,6 +304,7 @@ __global__ void __launch_bounds__(kMixThreads, MODE == kMixChunked ? 2 : 1) hc_p
     detail::cp_async_wait<0>();
     __syncthreads();
   }
+  if constexpr (!STAGED) DI_PDL_ENTRY();
   float acc[R][NMIX + 1];
 #pragma unroll
   for (int r = 0; r < R; ++r)
