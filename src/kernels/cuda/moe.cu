@@ -376,8 +376,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   }
   cp_async_wait<0>();
   fold();
-  // Each thread's output elements: (row r of the tile, columns col, col + 1).
-  auto each = [&](auto&& f) {
+  // Each thread's output elements: (row r of the tile, columns col, col + 1), the fragment
+  // (i, j) and its half h of the accumulators.
+  auto each_at = [&](auto&& f) {
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -387,9 +388,12 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = wm * TM + i * 16 + lane / 4 + h * 8;
-          if (r < rows) f(r, col, (FOLD ? tot : acc)[i][j] + 2 * h);
+          if (r < rows) f(i, j, h, r, col);
         }
       }
+  };
+  auto each = [&](auto&& f) {
+    each_at([&](int i, int j, int h, int r, int col) { f(r, col, (FOLD ? tot : acc)[i][j] + 2 * h); });
   };
   auto store = [&] {
     each([&](int r, int col, const float* v) {
@@ -417,21 +421,34 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    // Each element's partial sums added in segment order to 0, segment by segment with every
-    // element of the thread's at once (one memory latency a segment, not one per element and
-    // segment; measured at 64 rows: a layer's split products 0.6 ms less per step).
+    // Each element's partial sums added in segment order to 0. The loads of G segments at a
+    // time, every element of the thread's, are issued before their adds (one memory latency
+    // per G segments, not one per element and segment). G 8 in the decode tiling (64 more
+    // registers, 120), 1 on wider tiles (64 x 128: G 2 took 127 registers to 168, one block
+    // per SM instead of two).
+    constexpr int G = MI * NI <= 2 ? 8 : 1;
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
       for (int j = 0; j < NI; ++j)
 #pragma unroll
         for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
-    for (int sg = 0; sg < S; ++sg)
-      each([&](int r, int col, float* sum) {
-        const float2 pv = __ldcg(reinterpret_cast<const float2*>(part_at(sg, r, col)));
-        sum[0] += pv.x;
-        sum[1] += pv.y;
-      });
+    for (int s0 = 0; s0 < S; s0 += G) {
+      float2 pv[G][MI][NI][2];
+#pragma unroll
+      for (int q = 0; q < G; ++q)
+        if (s0 + q < S)
+          each_at([&](int i, int j, int h, int r, int col) {
+            pv[q][i][j][h] = __ldcg(reinterpret_cast<const float2*>(part_at(s0 + q, r, col)));
+          });
+#pragma unroll
+      for (int q = 0; q < G; ++q)
+        if (s0 + q < S)
+          each_at([&](int i, int j, int h, int, int) {
+            acc[i][j][2 * h] += pv[q][i][j][h].x;
+            acc[i][j][2 * h + 1] += pv[q][i][j][h].y;
+          });
+    }
     store();
     if (threadIdx.x == 0) *counter = 0;
   }
