@@ -171,11 +171,30 @@ int64_t DeepseekV41::late_layer_start() const {
 
 void DeepseekV41::copy_batch(const std::vector<kernels::CopyDesc>& copies) {
   if (copies.empty()) return;
-  int64_t max_bytes = 0;
-  for (const auto& c : copies) max_bytes = std::max(max_bytes, c.bytes);
   kernels::Buf<kernels::CopyDesc> d(be_);
   d.upload(copies);
-  be_.copy_batch({.descs = d.data(), .n = static_cast<int64_t>(copies.size()), .max_bytes = max_bytes});
+  copy_batch_staged(copies, d.data());
+}
+
+void DeepseekV41::copy_batch_staged(const std::vector<kernels::CopyDesc>& copies, const kernels::CopyDesc* descs) {
+  if (copies.empty()) return;
+  int64_t max_bytes = 0;
+  for (const auto& c : copies) max_bytes = std::max(max_bytes, c.bytes);
+  be_.copy_batch({.descs = descs, .n = static_cast<int64_t>(copies.size()), .max_bytes = max_bytes});
+}
+
+template <class T>
+int64_t DeepseekV41::Staged::add(const T* p, int64_t n) {
+  const int64_t off = (static_cast<int64_t>(host.size()) + 15) / 16 * 16;
+  host.resize(static_cast<size_t>(off + n * static_cast<int64_t>(sizeof(T))), 0);
+  if (p && n > 0) std::memcpy(host.data() + off, p, static_cast<size_t>(n) * sizeof(T));
+  return off;
+}
+
+template <class T>
+void DeepseekV41::Staged::set(int64_t off, const std::vector<T>& v) {
+  DI_CHECK(off + static_cast<int64_t>(v.size() * sizeof(T)) <= static_cast<int64_t>(host.size()), "staged array past its room");
+  if (!v.empty()) std::memcpy(host.data() + off, v.data(), v.size() * sizeof(T));
 }
 
 void DeepseekV41::set_positions(Scratch& s) {
@@ -588,10 +607,18 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     ring_reads.push_back({&ring.kv, win.data() + off * hd});
     win_copies.push_back({win.data() + (off + nc) * hd, kv + r0 * hd, m * hd * F});
   }
-  copy_batch(win_copies);
-  read_rows(ring_reads);
-  kernels::Buf<int64_t> d_win_pos(be_);
-  d_win_pos.upload(win_pos);
+  // One upload for the window's copy and read descriptors, its positions, the sequences and
+  // the queries' sequence index; the window is assembled once it is sent, after the sources
+  // below (which neither read nor write it or the rings).
+  int64_t live = 0;
+  for (size_t qi = 0; qi < nseq; ++qi) live += s.rows[qi] > 0;
+  Staged st(be_);
+  const int64_t win_copies_at = st.add(win_copies);
+  const StagedReads reads = stage_reads(ring_reads, st);
+  const int64_t win_pos_at = st.add(win_pos), seqs_at = st.add<kernels::AttentionSeq>(nullptr, live),
+                q_seq_at = st.add<int32_t>(nullptr, n);
+  st.alloc();
+  const int64_t* d_win_pos = st.at<int64_t>(win_pos_at);
 
   // KV sources: every sequence's new compressed groups (and indexer keys) at once.
   if (ratio > 0 && c.is_kv_source(l)) publish_sources(l, s);
@@ -628,20 +655,23 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     }
     const int64_t t_win = n_cached[qi] + m;
     for (int64_t i = 0; i < m; ++i) q_seq[static_cast<size_t>(r0 + i)] = static_cast<int32_t>(seqs.size());
-    seqs.push_back({.win = win.data() + win_off[qi] * hd, .win_pos = d_win_pos.data() + win_off[qi], .comp = comp,
+    seqs.push_back({.win = win.data() + win_off[qi] * hd, .win_pos = d_win_pos + win_off[qi], .comp = comp,
                     .comp_sel = comp_sel, .t_win = t_win, .t_comp = t_comp, .q0 = r0});
     max_t_win = std::max(max_t_win, t_win);
     max_t_comp = std::max(max_t_comp, t_comp);
     total_entries += t_win + (comp && comp_sel ? t_comp : 0);
   }
   {
-    kernels::Buf<kernels::AttentionSeq> d_seqs(be_);
-    kernels::Buf<int32_t> d_q_seq(be_);
-    d_seqs.upload(seqs);
-    d_q_seq.upload(q_seq);
+    DI_CHECK(static_cast<int64_t>(seqs.size()) == live, "attention: sequences with rows miscounted");
+    st.set(seqs_at, seqs);
+    st.set(q_seq_at, q_seq);
+    st.upload();
+    copy_batch_staged(win_copies, st.at<kernels::CopyDesc>(win_copies_at));
+    run_reads(reads, st);
     be_.attention({.q = s.q.data(), .q_pos = s.d_pos.data(), .sink = A.attn_sink, .out = s.o.data(), .s = n, .heads = H,
                    .head_dim = hd, .window = c.sliding_window, .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
-                   .seqs = d_seqs.data(), .q_seq = d_q_seq.data(), .n_seqs = static_cast<int64_t>(seqs.size()),
+                   .seqs = st.at<kernels::AttentionSeq>(seqs_at), .q_seq = st.at<int32_t>(q_seq_at),
+                   .n_seqs = static_cast<int64_t>(seqs.size()),
                    .max_t_win = max_t_win, .max_t_comp = max_t_comp, .max_selected = c.index_topk,
                    .total_entries = total_entries});
   }
@@ -797,29 +827,43 @@ void DeepseekV41::publish_rows(float* x, const std::vector<int64_t>& pos, int64_
 }
 
 void DeepseekV41::read_rows(const std::vector<std::pair<const PackedRows*, float*>>& reads) {
+  Staged st(be_);
+  const StagedReads r = stage_reads(reads, st);
+  if (st.host.empty()) return;
+  st.alloc();
+  st.upload();
+  run_reads(r, st);
+}
+
+DeepseekV41::StagedReads DeepseekV41::stage_reads(const std::vector<std::pair<const PackedRows*, float*>>& reads,
+                                                  Staged& st) {
   // Packed caches of one format dequantised in one op per format; float ones copied.
-  std::vector<kernels::CopyDesc> copies;
-  std::vector<std::pair<const PackedRows*, std::vector<kernels::PackedDesc>>> by_format;
+  StagedReads r;
   for (const auto& [rows, out] : reads) {
     if (rows->size() == 0) continue;
     if (!rows->packed()) {
-      copies.push_back({out, rows->values_at(0), rows->size() * rows->dim() * static_cast<int64_t>(sizeof(float))});
+      r.copies.push_back({out, rows->values_at(0), rows->size() * rows->dim() * static_cast<int64_t>(sizeof(float))});
       continue;
     }
-    auto it = std::find_if(by_format.begin(), by_format.end(), [&](const auto& f) {
-      return f.first->kind() == rows->kind() && f.first->dim() == rows->dim() && f.first->block() == rows->block();
+    auto it = std::find_if(r.formats.begin(), r.formats.end(), [&](const StagedReads::Format& f) {
+      return f.rows->kind() == rows->kind() && f.rows->dim() == rows->dim() && f.rows->block() == rows->block();
     });
-    if (it == by_format.end()) it = by_format.insert(by_format.end(), {rows, {}});
-    it->second.push_back({rows->codes_at(0), rows->scales_at(0), out, rows->size()});
+    if (it == r.formats.end()) it = r.formats.insert(r.formats.end(), {rows, {}, 0});
+    it->descs.push_back({rows->codes_at(0), rows->scales_at(0), out, rows->size()});
   }
-  copy_batch(copies);
-  for (const auto& [fmt, descs] : by_format) {
-    kernels::Buf<kernels::PackedDesc> d(be_);
-    d.upload(descs);
+  r.copies_at = st.add(r.copies);
+  for (auto& f : r.formats) f.at = st.add(f.descs);
+  return r;
+}
+
+void DeepseekV41::run_reads(const StagedReads& r, const Staged& st) {
+  copy_batch_staged(r.copies, st.at<kernels::CopyDesc>(r.copies_at));
+  for (const auto& f : r.formats) {
     int64_t max_rows = 0;
-    for (const auto& r : descs) max_rows = std::max(max_rows, r.rows);
-    be_.dequant_packed_batch({.kind = fmt->kind(), .descs = d.data(), .n = static_cast<int64_t>(descs.size()),
-                              .dim = fmt->dim(), .block = fmt->block(), .max_rows = max_rows});
+    for (const auto& d : f.descs) max_rows = std::max(max_rows, d.rows);
+    be_.dequant_packed_batch({.kind = f.rows->kind(), .descs = st.at<kernels::PackedDesc>(f.at),
+                              .n = static_cast<int64_t>(f.descs.size()), .dim = f.rows->dim(), .block = f.rows->block(),
+                              .max_rows = max_rows});
   }
 }
 

@@ -139,6 +139,40 @@ class DeepseekV41 {
   void set_positions(Scratch& s);
   // The copies (backend memory) as one op.
   void copy_batch(const std::vector<kernels::CopyDesc>& copies);
+  // Small host arrays (descriptors, tables) for several ops in one upload: add() places each at
+  // a 16-byte aligned offset of one byte buffer, alloc() makes the backend buffer (so at() gives
+  // device addresses that other arrays may hold), set() fills a reserved array, upload() sends
+  // the whole buffer once.
+  struct Staged {
+    explicit Staged(kernels::Backend& be) : dev(be) {}
+    std::vector<uint8_t> host;
+    kernels::Buf<uint8_t> dev;
+    template <class T>
+    int64_t add(const T* p, int64_t n);
+    template <class T>
+    int64_t add(const std::vector<T>& v) { return add(v.data(), static_cast<int64_t>(v.size())); }
+    template <class T>
+    void set(int64_t off, const std::vector<T>& v);
+    void alloc() { dev.resize(static_cast<int64_t>(host.size())); }
+    template <class T>
+    const T* at(int64_t off) const { return reinterpret_cast<const T*>(dev.data() + off); }
+    void upload() { dev.upload(host); }
+  };
+  // read_rows in two steps: its descriptors into a Staged (float caches copied, packed ones
+  // per stored format), then, once uploaded, its ops.
+  struct StagedReads {
+    std::vector<kernels::CopyDesc> copies;
+    int64_t copies_at = 0;
+    struct Format {
+      const PackedRows* rows;  // one cache of the format
+      std::vector<kernels::PackedDesc> descs;
+      int64_t at = 0;
+    };
+    std::vector<Format> formats;
+  };
+  StagedReads stage_reads(const std::vector<std::pair<const PackedRows*, float*>>& reads, Staged& st);
+  void run_reads(const StagedReads& r, const Staged& st);
+  void copy_batch_staged(const std::vector<kernels::CopyDesc>& copies, const kernels::CopyDesc* descs);
   template <class T>
   kernels::Buf<T>& buf(kernels::Buf<T>& b, int64_t n);  // binds b to the backend, size n
   // Compressed-branch rows: compress RoPE at pos[i] (a group's first token), then the given
