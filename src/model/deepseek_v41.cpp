@@ -188,13 +188,20 @@ int64_t DeepseekV41::Staged::add(const T* p, int64_t n) {
   const int64_t off = (static_cast<int64_t>(host.size()) + 15) / 16 * 16;
   host.resize(static_cast<size_t>(off + n * static_cast<int64_t>(sizeof(T))), 0);
   if (p && n > 0) std::memcpy(host.data() + off, p, static_cast<size_t>(n) * sizeof(T));
+  room[off] = n * static_cast<int64_t>(sizeof(T));
   return off;
 }
 
 template <class T>
 void DeepseekV41::Staged::set(int64_t off, const std::vector<T>& v) {
-  DI_CHECK(off + static_cast<int64_t>(v.size() * sizeof(T)) <= static_cast<int64_t>(host.size()), "staged array past its room");
+  const auto it = room.find(off);
+  DI_CHECK(it != room.end() && static_cast<int64_t>(v.size() * sizeof(T)) <= it->second, "staged array past its room");
   if (!v.empty()) std::memcpy(host.data() + off, v.data(), v.size() * sizeof(T));
+}
+
+void DeepseekV41::Staged::upload() {
+  DI_CHECK(dev.size() == static_cast<int64_t>(host.size()), "staged arrays added after their buffer was made");
+  dev.upload(host);
 }
 
 void DeepseekV41::set_positions(Scratch& s) {
@@ -917,8 +924,21 @@ void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {
   const auto& c = cfg_;
   const MoeWeights& F = w_.layers[static_cast<size_t>(l)].ffn;
   const int64_t D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, I = c.moe_intermediate_size;
-  kernels::Buf<float> logits(be_, n * E);
-  linear(xn, n, F.gate, logits.data());
+  // The shared expert (expert E of F's tables) runs as one more expert of the grouped products
+  // when it is stored like the routed ones (a backend's fast grouped path takes one format);
+  // otherwise (a release checkpoint: FP4 experts, an FP8 shared expert) as dense products, its
+  // gate and up in one op with the router's.
+  const auto same = [&](const std::vector<Mat>& w) { return w[static_cast<size_t>(E)].format == w[0].format; };
+  const bool merged = same(F.w1) && same(F.w2) && same(F.w3);
+  const int64_t R = n * K, rows = R + (merged ? n : 0), experts = E + (merged ? 1 : 0);
+  kernels::Buf<float> logits(be_, n * E), sg(be_), su(be_), sa(be_), so(be_);
+  if (merged) {
+    linear(xn, n, F.gate, logits.data());
+  } else {
+    for (auto* b : {&sg, &su, &sa}) b->resize(n * I);
+    so.resize(n * D);
+    linears(xn, n, {{&F.gate, logits.data()}, {&F.w1[static_cast<size_t>(E)], sg.data()}, {&F.w3[static_cast<size_t>(E)], su.data()}});
+  }
   kernels::Buf<int32_t> routed_ids(be_, n * K);
   kernels::Buf<float> routed_w(be_, n * K);
   int32_t* ids = routed_ids.data();
@@ -931,27 +951,30 @@ void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {
               .normalize = c.norm_topk_prob, .func = fn});
   // Group the (token, slot) pairs by expert (in backend memory: no round trip to the host);
   // expert e's rows are contiguous in the permuted order, and each product covers all experts.
-  // The shared expert is expert E of the products (F's tables end with it): every token once,
-  // rows [n*K, n*K + n) in token order, weight 1.
-  const int64_t R = n * K, rows = R + n;
+  // Merged, the shared expert's rows follow: every token once, rows [n*K, n*K + n) in token
+  // order, weight 1.
   kernels::Buf<int32_t> offsets(be_, E + 2), perm_token(be_, rows), slot_row(be_, R);
   kernels::Buf<float> perm_w(be_, rows);
   be_.moe_permute({.ids = ids, .weights = wts, .offsets = offsets.data(), .perm_token = perm_token.data(),
                    .perm_weight = perm_w.data(), .slot_row = slot_row.data(), .n = n, .k = K, .experts = E,
-                   .shared = true});
+                   .shared = merged});
   kernels::Buf<float> g(be_, rows * I), u(be_, rows * I), a(be_, rows * I), eo(be_, rows * D);
   const float limit = static_cast<float>(c.swiglu_limit);
   // Every expert's gate and up projections in one op, reading the tokens' rows in the permuted
   // order through the index (no gathered copy), then its down projection.
   be_.grouped_matmul({.x = xn, .w = F.w1.data(), .offsets = offsets.data(), .y = g.data(), .rows = rows, .n = I, .k = D,
-                      .experts = E + 1, .w2 = F.w3.data(), .y2 = u.data(), .x_rows = perm_token.data(), .x_src_rows = n});
+                      .experts = experts, .w2 = F.w3.data(), .y2 = u.data(), .x_rows = perm_token.data(), .x_src_rows = n});
   be_.swiglu({.gate = g.data(), .up = u.data(), .weight = perm_w.data(), .out = a.data(), .rows = rows, .inter = I, .limit = limit});
   be_.grouped_matmul({.x = a.data(), .w = F.w2.data(), .offsets = offsets.data(), .y = eo.data(), .rows = rows, .n = D,
-                      .k = I, .experts = E + 1});
+                      .k = I, .experts = experts});
+  if (!merged) {
+    be_.swiglu({.gate = sg.data(), .up = su.data(), .weight = nullptr, .out = sa.data(), .rows = n, .inter = I, .limit = limit});
+    linear(sa.data(), n, F.w2[static_cast<size_t>(E)], so.data());
+  }
   // Per token: routed outputs in ascending expert order (as the reference accumulates),
   // then the shared expert's.
-  be_.moe_combine({.expert_out = eo.data(), .slot_row = slot_row.data(), .ids = ids, .shared = eo.data() + R * D, .y = y,
-                   .n = n, .k = K, .dim = D});
+  be_.moe_combine({.expert_out = eo.data(), .slot_row = slot_row.data(), .ids = ids,
+                   .shared = merged ? eo.data() + R * D : so.data(), .y = y, .n = n, .k = K, .dim = D});
 }
 
 }  // namespace deepinfer::model

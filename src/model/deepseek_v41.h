@@ -146,6 +146,7 @@ class DeepseekV41 {
   struct Staged {
     explicit Staged(kernels::Backend& be) : dev(be) {}
     std::vector<uint8_t> host;
+    std::map<int64_t, int64_t> room;  // bytes of the array at each offset
     kernels::Buf<uint8_t> dev;
     template <class T>
     int64_t add(const T* p, int64_t n);
@@ -156,7 +157,7 @@ class DeepseekV41 {
     void alloc() { dev.resize(static_cast<int64_t>(host.size())); }
     template <class T>
     const T* at(int64_t off) const { return reinterpret_cast<const T*>(dev.data() + off); }
-    void upload() { dev.upload(host); }
+    void upload();
   };
   // read_rows in two steps: its descriptors into a Staged (float caches copied, packed ones
   // per stored format), then, once uploaded, its ops.
