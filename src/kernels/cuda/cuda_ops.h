@@ -106,6 +106,8 @@ struct Bf16Gemm {
   // are unused; groups 1; dense parts only in the decode tiling, see gemm_bf16_parts_fit).
   int parts = 0;
   Bf16Part part_list[kMaxBf16Parts] = {};
+  // Set by gemm_bf16: the weights are loaded with an L2 evict_first policy.
+  bool stream_w = false;
 };
 // Zeroed tile counters a launch leaves zeroed: the split products' and hc_mixes' row groups
 // (ops on one stream share one buffer).

@@ -82,6 +82,12 @@ __device__ inline void cp_async16(void* smem, const void* gmem, bool pred) {
   const int n = pred ? 16 : 0;  // 0: the 16 bytes are zero-filled
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
+// The same with an L2 evict_first policy (weights streamed once: they make room first).
+__device__ inline void cp_async16_ef(void* smem, const void* gmem, bool pred, uint64_t pol) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(gmem), "r"(n), "l"(pol));
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ inline void cp_async_wait() {
@@ -248,12 +254,17 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       }
     }
   };
+  uint64_t pol = 0;
+  if (p.stream_w) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
   auto load_b = [&](int stage, int kt) {  // kt counts from kt0
     const int k0 = (kt0 + kt) * BK;
     for (int c = threadIdx.x; c < BN * CH; c += kThreads) {
       const int r = c / CH, ch = c % CH;
       const bool ok = r < ncols;
-      cp_async16(sB + stage * SB + (WG ? sw128_at(r, ch) : r * LDS + ch * 8), B + static_cast<int64_t>(ok ? r : 0) * K + k0 + ch * 8, ok);
+      void* dst = sB + stage * SB + (WG ? sw128_at(r, ch) : r * LDS + ch * 8);
+      const void* src = B + static_cast<int64_t>(ok ? r : 0) * K + k0 + ch * 8;
+      if (p.stream_w) cp_async16_ef(dst, src, ok, pol);
+      else cp_async16(dst, src, ok);
     }
   };
   auto load = [&](int stage, int kt, bool with_b) {
@@ -656,10 +667,20 @@ void gemm_bf16(const Bf16Gemm& pin, cudaStream_t s) {
   if (!split && p.parts == 0) p.part = nullptr;
   const bool fold = gemm_bf16_split(p) < p.k && !p.part;
   if (per_tile <= 16) {
+    // Launches of at most 16 rows read each weight once: an L2 evict_first policy keeps them
+    // from displacing what is reused (activations, partial sums, the KV rows, the next products'
+    // inputs). Measured 6.13 -> 5.98 ms a batch-1 step (runs 103, 106); the experts' products at
+    // batch 64 (448 rows over 64 experts) were 0.6 ms a step slower with it (run 106).
+    p.stream_w = p.m <= 16;
     if (p.k % 128 != 0) return launch_gemm<16, 64, 32, 1, 4, 8>(p, s);
-    // Dense: 3 stages (65 KB of shared memory: three blocks per SM) measured 11% faster over a
-    // layer's decode products than 4 (two per SM); the experts' up projection 8% slower.
-    if (!p.offsets) return p.x_f32 ? launch_gemm<16, 64, 128, 1, 4, 3, true>(p, s) : launch_gemm<16, 64, 128, 1, 4, 3>(p, s);
+    // Dense: 2 stages (44 KB of shared memory; four blocks per SM, by registers) measured 1%
+    // faster over a batch-1 step than 3 (runs 106, 108), which had been 11% faster than 4 (two per SM).
+    if (!p.offsets) return p.x_f32 ? launch_gemm<16, 64, 128, 1, 4, 2, true>(p, s) : launch_gemm<16, 64, 128, 1, 4, 2>(p, s);
+    // Grouped: the experts' up projection (k = hidden) keeps 4 stages (3 were 8% slower); the
+    // down projection (k = the expert width, below 4096) takes 3, three blocks per SM instead of
+    // two: at one token its 640 blocks are 1.6 waves instead of 2.4 (batch 1 -0.06 ms, batch 64
+    // -0.6 ms; runs 103, 106).
+    if (p.k < 4096) return launch_gemm<16, 64, 128, 1, 4, 3>(p, s);
     return launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
   } else if (p.k % 64 != 0) {
     launch_gemm<128, 128, 32, 2, 4, 4>(p, s);
