@@ -123,7 +123,7 @@ void check_attention(Backends& b, int64_t S, int64_t H, int64_t hd, int64_t wind
 TEST(CudaPrefill, AttentionReleasedShapes) {
   Backends b;
   // 64 heads x 512, window 128, 512 of 2048 compressed entries selected per query.
-  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 (split in 2)");
+  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 (split in 5)");
   check_attention(b, 300, 64, 512, 128, 127, 50, 2048, 512, false, 108, "S=300 64x512 (one CTA per query and 32 heads)");
   check_attention(b, 8, 64, 512, 128, 127, 50, 2048, 512, true, 101, "S=8 64x512 (split over the entries)");
   check_attention(b, 1, 64, 512, 128, 127, 0, 2048, 512, false, 102, "S=1 64x512 (split)");
@@ -132,8 +132,8 @@ TEST(CudaPrefill, AttentionReleasedShapes) {
   check_attention(b, 3, 64, 512, 4096, 4000, 0, 300, 120, false, 105, "S=3 64x512 window 4096 (split)");
   check_attention(b, 280, 8, 512, 4096, 4000, 0, 300, 120, false, 106, "S=280 8x512 window 4096 (list in batches)");
   check_attention(b, 300, 4, 32, 4096, 4000, 0, 300, 120, false, 107, "S=300 4x32 window 4096 (list in batches)");
-  // The selection bound sizes the launch (2 segments instead of 5 here); a bound below the
-  // truth (8 of 512) makes one segment take everything, never drops entries.
+  // The selection bound sizes the launch (5 segments instead of 17 here); a bound below the
+  // truth (8 of 512) makes the last segment take every entry left, never drops any.
   check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 512", nullptr, 512);
   check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 8 (wrong)", nullptr, 8);
 }
@@ -143,7 +143,7 @@ TEST(CudaPrefill, AttentionOnTheTensorCores) {
   // 128, 256, 512; any head count: 64 per CTA, the rest padded).
   Backends b;
   auto bf16 = make_cuda_backend(0, Precision::kBF16);
-  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 (split in 2)", bf16.get());
+  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 (split in 5)", bf16.get());
   check_attention(b, 300, 64, 512, 128, 127, 50, 2048, 512, false, 108, "S=300 64x512", bf16.get());
   check_attention(b, 8, 64, 512, 128, 127, 50, 2048, 512, true, 101, "S=8 64x512 (split over the entries)", bf16.get());
   check_attention(b, 1, 64, 512, 128, 127, 0, 2048, 512, false, 102, "S=1 64x512 (split)", bf16.get());

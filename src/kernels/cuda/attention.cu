@@ -104,7 +104,12 @@ constexpr int kAttnListCap = 4096;  // compacted entry indices held in shared me
 // Splits of the visible entries are fixed segments of kAttnSeg ordinals (a multiple of the
 // tile), whatever the launch: a query's arithmetic (tiles, segments, the combine) depends only
 // on its own visible entries, never on the chunk or the batch it came in (batch invariance).
-constexpr int kAttnSeg = 512;
+// 128: a decode query of the released shape (window 128, 512 selected) spreads over 5 splits of
+// 16 CTAs instead of 2, each running at most two 64-entry tiles instead of eight, one after the
+// other (batch-1 step 6.14 -> 5.87 ms, run 108). Launches of many queries fold the splits in
+// their CTAs (attention_mma_k), which makes the finer segments nearly free there (prefill 1.20
+// -> 1.24 s against 512-entry segments, both folded; run 111).
+constexpr int kAttnSeg = 128;
 constexpr int64_t kAttnGroup = 256;  // queries per launch when split (bounds the partials)
 
 // The indices of the entries a query sees (window first, then its selected compressed entries),
@@ -420,27 +425,39 @@ __global__ void __launch_bounds__(NW * 32, 1)
   if (nsplit > 1) store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, s_m, s_l);
 }
 
-// Merges the splits' partial softmaxes: out = Σ o_i e^(m_i - M) / Σ l_i e^(m_i - M).
+// The merge of a split's softmax state (m, l, o) into the running one (M, L, O) of the splits
+// before it, in split order: the combine kernel's and the folding tensor-core kernel's one
+// arithmetic (rounded products and sums, never contracted), so a query's bits do not depend on
+// which of the two merged its splits.
+__device__ __forceinline__ void merge_scale(float& M, float m, float& f_old, float& f_new) {
+  const float Mn = fmaxf(M, m);
+  f_old = expf(M - Mn);
+  f_new = expf(m - Mn);
+  M = Mn;
+}
+__device__ __forceinline__ float merge_term(float acc, float f_old, float v, float f_new) {
+  return __fadd_rn(__fmul_rn(acc, f_old), __fmul_rn(v, f_new));
+}
+
+// Merges the splits' partial softmaxes in split order from split 0's (which holds the sink: m
+// finite); empty splits (m = -inf) are skipped, so a query whose entries fit one segment gets
+// exactly the unsplit kernel's o / l.
 __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* part_o, const float* part_ml, int64_t t_base) {
   DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t D = a.head_dim;
   if (i >= a.s * a.heads * D) return;
   const int64_t d = i % D, sh = i / D, t = sh / a.heads, hh = sh % a.heads;
-  float M = -INFINITY;
-  for (int k = 0; k < nsplit; ++k) M = fmaxf(M, part_ml[((t * nsplit + k) * a.heads + hh) * 2]);
-  // Split 0 holds the sink (m finite); empty splits (m = -inf) are skipped, so a query whose
-  // entries fit one segment gets exactly the unsplit kernel's o / l.
   const int64_t r0 = t * nsplit * a.heads + hh;
-  const float f0 = expf(part_ml[r0 * 2] - M);
-  float L = part_ml[r0 * 2 + 1] * f0, O = part_o[r0 * D + d] * f0;
+  float M = part_ml[r0 * 2], L = part_ml[r0 * 2 + 1], O = part_o[r0 * D + d];
   for (int k = 1; k < nsplit; ++k) {
     const int64_t r = (t * nsplit + k) * a.heads + hh;
     const float m = part_ml[r * 2];
     if (m == -INFINITY) continue;
-    const float f = expf(m - M);
-    L += part_ml[r * 2 + 1] * f;
-    O += part_o[r * D + d] * f;
+    float fo, fn;
+    merge_scale(M, m, fo, fn);
+    L = merge_term(L, fo, part_ml[r * 2 + 1], fn);
+    O = merge_term(O, fo, part_o[r * D + d], fn);
   }
   a.out[t_base * a.heads * D + i] = O / L;
 }
@@ -528,8 +545,8 @@ __global__ void entries_bf16_k(AttentionArgs a, __nv_bfloat16* out, int64_t cap,
 // same bits (every element is the same chain of mma steps).
 template <int D, int HC, int DS>
 __global__ void __launch_bounds__(kMmaT, 1)
-    attention_mma_k(AttentionArgs a, const __nv_bfloat16* entries, const int64_t* seq_e0, int nsplit, float* part_o,
-                    float* part_ml, int64_t t_base) {
+    attention_mma_k(AttentionArgs a, const __nv_bfloat16* entries, const int64_t* seq_e0, int nsplit, bool fold,
+                    float* part_o, float* part_ml, int64_t t_base) {
   DI_PDL_ENTRY();
   using C = MmaCfg<D, HC>;
   constexpr int TN = kMmaTile, T = kMmaT, QS = C::QS, SS = C::SS;
@@ -549,19 +566,14 @@ __global__ void __launch_bounds__(kMmaT, 1)
   const int64_t tl = blockIdx.x, t = t_base + tl;
   const int64_t h0 = static_cast<int64_t>(blockIdx.y / DS) * HC, heads = a.heads;
   const int c0 = static_cast<int>(blockIdx.y % DS) * (D / DS);  // this CTA's first output channel
-  const int split = static_cast<int>(blockIdx.z);
+  // fold: this CTA runs every split of its query one after the other (grid z 1), merging each
+  // into the running state in registers as the combine kernel would; else split blockIdx.z.
+  const int split0 = fold ? 0 : static_cast<int>(blockIdx.z), split1 = fold ? nsplit : split0 + 1;
   const int64_t p = a.q_pos[t];
   const QueryEntries qe = entries_of(a, t);
   const int64_t c_win = qe.t_win, c_all = c_win + (qe.sel ? qe.t_comp : 0);
   const __nv_bfloat16* rows = entries + (a.seqs ? seq_e0[a.q_seq[t]] : 0) * D;
   auto visible = [&](int64_t c) { return visible_entry(a, qe, p, c); };
-  VisibleList<T, kMmaListCap> vl;
-  vl.start_segment(split, nsplit, c_all);
-  vl.fill(visible, s_list, s_scan);
-  if (vl.n_list == 0 && split > 0) {  // an empty segment: m = -inf, skipped by the combine
-    if (c0 == 0) store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, nullptr, nullptr);
-    return;
-  }
   for (int idx = tid; idx < HC * C4; idx += T) {
     const int h = idx / C4, c4 = idx - h * C4;
     const int64_t hh = h0 + h;
@@ -569,173 +581,220 @@ __global__ void __launch_bounds__(kMmaT, 1)
                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     st_bf16x4(s_q + h * QS + c4 * 4, v);
   }
-  // This lane's rows r0 and r0 + 8 of the CTA's heads: running max m and sum l (split 0 starts
-  // from the sink: its term is e^(sink - m) = 1 at m = sink), the same in the DG warps sharing them.
   const int r0 = mt * 16 + (lane >> 2);
-  float m[2], l[2];
+  float Mt[2] = {}, Lt[2] = {}, Ot[NT][4] = {};  // fold: the splits merged so far
+  for (int split = split0; split < split1; ++split) {
+    if (split > split0) __syncthreads();  // every warp done with the last split's list and tiles
+    VisibleList<T, kMmaListCap> vl;
+    vl.start_segment(split, nsplit, c_all);
+    vl.fill(visible, s_list, s_scan);
+    if (vl.n_list == 0 && split > 0) {  // an empty segment: m = -inf, skipped by the combine
+      if (fold) continue;
+      if (c0 == 0) store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, nullptr, nullptr);
+      return;
+    }
+    // This lane's rows r0 and r0 + 8 of the CTA's heads: running max m and sum l (split 0 starts
+    // from the sink: its term is e^(sink - m) = 1 at m = sink), the same in the DG warps sharing them.
+    float m[2], l[2];
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int64_t hh = h0 + r0 + 8 * hr;
-    m[hr] = split == 0 ? (hh < heads ? a.sink[hh] : 0.0f) : -INFINITY;
-    l[hr] = split == 0 ? 1.0f : 0.0f;
-  }
-  float o[NT][4];
+    for (int hr = 0; hr < 2; ++hr) {
+      const int64_t hh = h0 + r0 + 8 * hr;
+      m[hr] = split == 0 ? (hh < heads ? a.sink[hh] : 0.0f) : -INFINITY;
+      l[hr] = split == 0 ? 1.0f : 0.0f;
+    }
+    float o[NT][4];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
-  while (vl.next(visible, s_list, s_scan)) {
-    const int n_list = vl.n_list;
-    const bool last_batch = vl.exhausted();
-    const int ntiles = vl.tiles(TN);
-    // Tile `tile`'s rows into buffer tile & 1 by cp.async; rows past the list's end zero.
-    auto load = [&](int tile) {
-      const int e0 = tile * TN, ne = min(TN, n_list - e0);
-      __nv_bfloat16* dst = s_k + (tile & 1) * TN * QS;
-      const int c8 = tid % C8;  // this thread's chunk of every (T / C8)-th row
+    while (vl.next(visible, s_list, s_scan)) {
+      const int n_list = vl.n_list;
+      const bool last_batch = vl.exhausted();
+      const int ntiles = vl.tiles(TN);
+      // Tile `tile`'s rows into buffer tile & 1 by cp.async; rows past the list's end zero.
+      auto load = [&](int tile) {
+        const int e0 = tile * TN, ne = min(TN, n_list - e0);
+        __nv_bfloat16* dst = s_k + (tile & 1) * TN * QS;
+        const int c8 = tid % C8;  // this thread's chunk of every (T / C8)-th row
 #pragma unroll 4
-      for (int e = tid / C8; e < TN; e += T / C8) {
-        if (e < ne)
-          cp_async16(dst + e * QS + c8 * 8, rows + static_cast<int64_t>(s_list[e0 + e]) * D + c8 * 8);
-        else
-          *reinterpret_cast<uint4*>(dst + e * QS + c8 * 8) = make_uint4(0u, 0u, 0u, 0u);
-      }
-      cp_async_commit();
-    };
-    load(0);
-    for (int tile = 0; tile < ntiles; ++tile) {
-      const int ne = min(TN, n_list - tile * TN);
-      cp_async_wait<0>();
-      __syncthreads();  // this tile landed; every warp is done with the other buffer and with s_s
-      if (tile + 1 < ntiles) load(tile + 1);
-      const __nv_bfloat16* kt = s_k + (tile & 1) * TN * QS;
+        for (int e = tid / C8; e < TN; e += T / C8) {
+          if (e < ne)
+            cp_async16(dst + e * QS + c8 * 8, rows + static_cast<int64_t>(s_list[e0 + e]) * D + c8 * 8);
+          else
+            *reinterpret_cast<uint4*>(dst + e * QS + c8 * 8) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        cp_async_commit();
+      };
+      load(0);
+      for (int tile = 0; tile < ntiles; ++tile) {
+        const int ne = min(TN, n_list - tile * TN);
+        cp_async_wait<0>();
+        __syncthreads();  // this tile landed; every warp is done with the other buffer and with s_s
+        if (tile + 1 < ntiles) load(tile + 1);
+        const __nv_bfloat16* kt = s_k + (tile & 1) * TN * QS;
 
-      {  // S = Q·Kᵀ, this warp's 16 heads x SE entries, scaled, to shared memory.
-        float sacc[NJ][4] = {};
+        {  // S = Q·Kᵀ, this warp's 16 heads x SE entries, scaled, to shared memory.
+          float sacc[NJ][4] = {};
 #pragma unroll 4
-        for (int kk = 0; kk < D; kk += 16) {
-          uint32_t af[4], r[4];
-          ldmatrix_x4(af, s_q + (mt * 16 + (lane & 15)) * QS + kk + (lane >> 4) * 8);
-          if constexpr (NJ == 1) {  // lanes 16-31 repeat the rows
-            ldmatrix_x4(r, kt + (grp * SE + (lane & 7)) * QS + kk + ((lane >> 3) & 1) * 8);
-            mma_bf16(sacc[0], af, r[0], r[1]);
-          } else {
+          for (int kk = 0; kk < D; kk += 16) {
+            uint32_t af[4], r[4];
+            ldmatrix_x4(af, s_q + (mt * 16 + (lane & 15)) * QS + kk + (lane >> 4) * 8);
+            if constexpr (NJ == 1) {  // lanes 16-31 repeat the rows
+              ldmatrix_x4(r, kt + (grp * SE + (lane & 7)) * QS + kk + ((lane >> 3) & 1) * 8);
+              mma_bf16(sacc[0], af, r[0], r[1]);
+            } else {
 #pragma unroll
-            for (int jj = 0; jj < NJ; jj += 2) {
-              ldmatrix_x4(r, kt + (grp * SE + jj * 8 + ((lane >> 4) << 3) + (lane & 7)) * QS + kk + ((lane >> 3) & 1) * 8);
-              mma_bf16(sacc[jj], af, r[0], r[1]);
-              mma_bf16(sacc[jj + 1], af, r[2], r[3]);
+              for (int jj = 0; jj < NJ; jj += 2) {
+                ldmatrix_x4(r, kt + (grp * SE + jj * 8 + ((lane >> 4) << 3) + (lane & 7)) * QS + kk + ((lane >> 3) & 1) * 8);
+                mma_bf16(sacc[jj], af, r[0], r[1]);
+                mma_bf16(sacc[jj + 1], af, r[2], r[3]);
+              }
             }
           }
-        }
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          const int col = grp * SE + j * 8 + quad * 2;
-          *reinterpret_cast<float2*>(s_s + r0 * SS + col) = make_float2(sacc[j][0] * a.scale, sacc[j][1] * a.scale);
-          *reinterpret_cast<float2*>(s_s + (r0 + 8) * SS + col) = make_float2(sacc[j][2] * a.scale, sacc[j][3] * a.scale);
+          for (int j = 0; j < NJ; ++j) {
+            const int col = grp * SE + j * 8 + quad * 2;
+            *reinterpret_cast<float2*>(s_s + r0 * SS + col) = make_float2(sacc[j][0] * a.scale, sacc[j][1] * a.scale);
+            *reinterpret_cast<float2*>(s_s + (r0 + 8) * SS + col) = make_float2(sacc[j][2] * a.scale, sacc[j][3] * a.scale);
+          }
         }
-      }
-      __syncthreads();
+        __syncthreads();
 
-      // Online softmax over the tile for rows r0, r0 + 8 (entries past ne: no weight).
-      // e^x as __expf (ex2.approx of x·log2 e: relative error ~1e-6 here, far below the bf16
-      // rounding of P; the same instructions whatever the batch).
-      float sv[NS][4];
+        // Online softmax over the tile for rows r0, r0 + 8 (entries past ne: no weight).
+        // e^x as __expf (ex2.approx of x·log2 e: relative error ~1e-6 here, far below the bf16
+        // rounding of P; the same instructions whatever the batch).
+        float sv[NS][4];
 #pragma unroll
-      for (int j = 0; j < NS; ++j) {
-        const int col = j * 8 + quad * 2;
-        const float2 x = *reinterpret_cast<const float2*>(s_s + r0 * SS + col);
-        const float2 y = *reinterpret_cast<const float2*>(s_s + (r0 + 8) * SS + col);
-        sv[j][0] = x.x;
-        sv[j][1] = x.y;
-        sv[j][2] = y.x;
-        sv[j][3] = y.y;
-      }
-      if (ne < TN)  // the last tile of the list: entries past its end get no weight
+        for (int j = 0; j < NS; ++j) {
+          const int col = j * 8 + quad * 2;
+          const float2 x = *reinterpret_cast<const float2*>(s_s + r0 * SS + col);
+          const float2 y = *reinterpret_cast<const float2*>(s_s + (r0 + 8) * SS + col);
+          sv[j][0] = x.x;
+          sv[j][1] = x.y;
+          sv[j][2] = y.x;
+          sv[j][3] = y.y;
+        }
+        if (ne < TN)  // the last tile of the list: entries past its end get no weight
+#pragma unroll
+          for (int j = 0; j < NS; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              if (j * 8 + quad * 2 + (i & 1) >= ne) sv[j][i] = -INFINITY;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < NS; ++j) {
+          mx[0] = fmaxf(mx[0], fmaxf(sv[j][0], sv[j][1]));
+          mx[1] = fmaxf(mx[1], fmaxf(sv[j][2], sv[j][3]));
+        }
+        float mn[2], ls[2] = {0.0f, 0.0f}, al[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(kFull, mx[hr], 1));
+          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(kFull, mx[hr], 2));
+          mn[hr] = fmaxf(m[hr], mx[hr]);
+        }
 #pragma unroll
         for (int j = 0; j < NS; ++j)
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            if (j * 8 + quad * 2 + (i & 1) >= ne) sv[j][i] = -INFINITY;
-      float mx[2] = {-INFINITY, -INFINITY};
+          for (int i = 0; i < 4; ++i) {
+            const int hr = i >> 1;
+            const float pe = mn[hr] == -INFINITY ? 0.0f : __expf(sv[j][i] - mn[hr]);  // nothing finite yet: no weight
+            sv[j][i] = pe;
+            ls[hr] += pe;
+          }
 #pragma unroll
-      for (int j = 0; j < NS; ++j) {
-        mx[0] = fmaxf(mx[0], fmaxf(sv[j][0], sv[j][1]));
-        mx[1] = fmaxf(mx[1], fmaxf(sv[j][2], sv[j][3]));
+        for (int hr = 0; hr < 2; ++hr) {
+          ls[hr] += __shfl_xor_sync(kFull, ls[hr], 1);
+          ls[hr] += __shfl_xor_sync(kFull, ls[hr], 2);
+          al[hr] = m[hr] == mn[hr] ? 1.0f : __expf(m[hr] - mn[hr]);
+          l[hr] = l[hr] * al[hr] + ls[hr];
+          m[hr] = mn[hr];
+        }
+
+        // O = O·alpha + P·V for this warp's 16 heads x DC channels (alpha = 1 on every row of
+        // the warp, the common case once the maxima settle: the product by 1 skipped, same bits).
+        if (__any_sync(kFull, al[0] != 1.0f || al[1] != 1.0f))
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            o[j][0] *= al[0];
+            o[j][1] *= al[0];
+            o[j][2] *= al[1];
+            o[j][3] *= al[1];
+          }
+#pragma unroll
+        for (int k = 0; k < TN / 16; ++k) {
+          const uint32_t pa[4] = {pack_bf16(sv[2 * k][0], sv[2 * k][1]), pack_bf16(sv[2 * k][2], sv[2 * k][3]),
+                                  pack_bf16(sv[2 * k + 1][0], sv[2 * k + 1][1]), pack_bf16(sv[2 * k + 1][2], sv[2 * k + 1][3])};
+#pragma unroll
+          for (int j = 0; j < NT; j += 2) {
+            uint32_t r[4];
+            ldmatrix_x4_trans(r, kt + (k * 16 + (lane & 15)) * QS + c0 + grp * DC + j * 8 + (lane >> 4) * 8);
+            mma_bf16(o[j], pa, r[0], r[1]);
+            mma_bf16(o[j + 1], pa, r[2], r[3]);
+          }
+        }
       }
-      float mn[2], ls[2] = {0.0f, 0.0f}, al[2];
+      vl.drop(min(n_list, ntiles * TN), s_list);
+      if (last_batch) break;
+    }
+
+    if (fold) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(kFull, mx[hr], 1));
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(kFull, mx[hr], 2));
-        mn[hr] = fmaxf(m[hr], mx[hr]);
-      }
+        if (split == 0) {
+          Mt[hr] = m[hr];
+          Lt[hr] = l[hr];
 #pragma unroll
-      for (int j = 0; j < NS; ++j)
+          for (int j = 0; j < NT; ++j) {
+            Ot[j][2 * hr] = o[j][2 * hr];
+            Ot[j][2 * hr + 1] = o[j][2 * hr + 1];
+          }
+        } else {
+          float fo, fn;
+          merge_scale(Mt[hr], m[hr], fo, fn);
+          Lt[hr] = merge_term(Lt[hr], fo, l[hr], fn);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int hr = i >> 1;
-          const float pe = mn[hr] == -INFINITY ? 0.0f : __expf(sv[j][i] - mn[hr]);  // nothing finite yet: no weight
-          sv[j][i] = pe;
-          ls[hr] += pe;
+          for (int j = 0; j < NT; ++j) {
+            Ot[j][2 * hr] = merge_term(Ot[j][2 * hr], fo, o[j][2 * hr], fn);
+            Ot[j][2 * hr + 1] = merge_term(Ot[j][2 * hr + 1], fo, o[j][2 * hr + 1], fn);
+          }
         }
+      }
+      continue;
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        ls[hr] += __shfl_xor_sync(kFull, ls[hr], 1);
-        ls[hr] += __shfl_xor_sync(kFull, ls[hr], 2);
-        al[hr] = m[hr] == mn[hr] ? 1.0f : __expf(m[hr] - mn[hr]);
-        l[hr] = l[hr] * al[hr] + ls[hr];
-        m[hr] = mn[hr];
+        const int64_t hh = h0 + r0 + 8 * hr;
+        if (hh >= heads) continue;
+        const int col = c0 + grp * DC + j * 8 + quad * 2;
+        if (nsplit == 1)
+          *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
+        else
+          *reinterpret_cast<float2*>(part_o + ((tl * nsplit + split) * heads + hh) * D + col) =
+              make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
       }
-
-      // O = O·alpha + P·V for this warp's 16 heads x DC channels (alpha = 1 on every row of
-      // the warp, the common case once the maxima settle: the product by 1 skipped, same bits).
-      if (__any_sync(kFull, al[0] != 1.0f || al[1] != 1.0f))
+    if (nsplit > 1 && grp == 0 && quad == 0 && c0 == 0)
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          o[j][0] *= al[0];
-          o[j][1] *= al[0];
-          o[j][2] *= al[1];
-          o[j][3] *= al[1];
-        }
-#pragma unroll
-      for (int k = 0; k < TN / 16; ++k) {
-        const uint32_t pa[4] = {pack_bf16(sv[2 * k][0], sv[2 * k][1]), pack_bf16(sv[2 * k][2], sv[2 * k][3]),
-                                pack_bf16(sv[2 * k + 1][0], sv[2 * k + 1][1]), pack_bf16(sv[2 * k + 1][2], sv[2 * k + 1][3])};
-#pragma unroll
-        for (int j = 0; j < NT; j += 2) {
-          uint32_t r[4];
-          ldmatrix_x4_trans(r, kt + (k * 16 + (lane & 15)) * QS + c0 + grp * DC + j * 8 + (lane >> 4) * 8);
-          mma_bf16(o[j], pa, r[0], r[1]);
-          mma_bf16(o[j + 1], pa, r[2], r[3]);
-        }
+      for (int hr = 0; hr < 2; ++hr) {
+        const int64_t hh = h0 + r0 + 8 * hr;
+        if (hh >= heads) continue;
+        float* ml = part_ml + ((tl * nsplit + split) * heads + hh) * 2;
+        ml[0] = m[hr];
+        ml[1] = l[hr];
       }
-    }
-    vl.drop(min(n_list, ntiles * TN), s_list);
-    if (last_batch) break;
-  }
-
+  }  // splits
+  if (fold)
 #pragma unroll
-  for (int j = 0; j < NT; ++j)
+    for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int64_t hh = h0 + r0 + 8 * hr;
-      if (hh >= heads) continue;
-      const int col = c0 + grp * DC + j * 8 + quad * 2;
-      if (nsplit == 1)
-        *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
-      else
-        *reinterpret_cast<float2*>(part_o + ((tl * nsplit + split) * heads + hh) * D + col) =
-            make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
-    }
-  if (nsplit > 1 && grp == 0 && quad == 0 && c0 == 0)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int64_t hh = h0 + r0 + 8 * hr;
-      if (hh >= heads) continue;
-      float* ml = part_ml + ((tl * nsplit + split) * heads + hh) * 2;
-      ml[0] = m[hr];
-      ml[1] = l[hr];
-    }
+      for (int hr = 0; hr < 2; ++hr) {
+        const int64_t hh = h0 + r0 + 8 * hr;
+        if (hh >= heads) continue;
+        const int col = c0 + grp * DC + j * 8 + quad * 2;
+        *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) =
+            make_float2(Ot[j][2 * hr] / Lt[hr], Ot[j][2 * hr + 1] / Lt[hr]);
+      }
 }
 // Segments of a launch: enough for the most entries a query can see (its window plus every
 // compressed entry it may select, at most all candidates); with one segment the kernel
@@ -791,7 +850,7 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
 // The entries rounded to bf16 (entries_bf16_k), then the tensor-core kernel at HC heads per CTA,
 // the output channels split over DS CTAs.
 template <int D, int HC, int DS = 1>
-void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s) {
+void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s, bool fold = false) {
   using C = MmaCfg<D, HC>;
   opt_in_smem(attention_mma_k<D, HC, DS>, C::bytes);
   const int64_t n_seqs = a.seqs ? a.n_seqs : 1;
@@ -804,9 +863,17 @@ void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s) {
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(ceil_div(max_rows * (D / 8), kThreads), 4096));
   launch_k(entries_bf16_k, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(n_seqs)), kThreads, 0, s, a, staged, total, seq_e0);
   DI_CUDA_LAUNCHED();
-  launch_attention(HC, a, s, [&](dim3 g, int nsplit, float* po, float* pml, int64_t q0) {
-    launch_k(attention_mma_k<D, HC, DS>, dim3(g.x, g.y * DS, g.z), kMmaT, C::bytes, s, a, staged, seq_e0, nsplit, po, pml, q0);
-  });
+  if (fold) {  // every query's splits in its own CTAs, merged there: no partial sums, no combine
+    const dim3 g(static_cast<unsigned>(a.s), static_cast<unsigned>(ceil_div(a.heads, HC) * DS), 1);
+    launch_k(attention_mma_k<D, HC, DS>, g, kMmaT, C::bytes, s, a, staged, seq_e0, attention_splits(a), true,
+             static_cast<float*>(nullptr), static_cast<float*>(nullptr), int64_t{0});
+    DI_CUDA_LAUNCHED();
+  } else {
+    launch_attention(HC, a, s, [&](dim3 g, int nsplit, float* po, float* pml, int64_t q0) {
+      launch_k(attention_mma_k<D, HC, DS>, dim3(g.x, g.y * DS, g.z), kMmaT, C::bytes, s, a, staged, seq_e0, nsplit, false, po,
+               pml, q0);
+    });
+  }
   DI_CUDA_CHECK(cudaFreeAsync(staged, s));
   if (seq_e0) DI_CUDA_CHECK(cudaFreeAsync(seq_e0, s));
 }
@@ -816,8 +883,17 @@ void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s) {
 // dims of 128 and up, so a warp's D/8 channels hold two n8 tiles); at 16 heads, when four
 // times the CTAs still fit the SMs in one wave (a few queries), the 512 output channels over 4
 // CTAs each.
+// Queries enough for kAttnFoldCtas CTAs of 64 heads without splitting (half the SMs of an H200)
+// fold their splits (prefill, decode batches from 64): the splits add little parallelism there,
+// and their partial sums' round trip through memory had cost 10% of a prefill (runs 110-111).
+// (At 64 queries, folding or not measured within the run-to-run spread: 27.9-28.2 against
+// 28.0-28.4 ms a step; runs 112-114.)
+constexpr int64_t kAttnFoldCtas = 64;
 template <int D>
 void launch_attention_mma(const AttentionArgs& a, cudaStream_t s) {
+  // (64 heads: 1.24 / 1.95 s for the replayed / exact prefill, 32 heads 1.25 / 1.99 s, run 111; at head
+  // dim 512 the 64-head CTA spills 0.8 KB of the merged state, touched once per split.)
+  if (attention_splits(a) > 1 && a.s * ceil_div(a.heads, 64) >= kAttnFoldCtas) return launch_attention_mma_hc<D, 64>(a, s, true);
   const int64_t ctas64 = a.s * ceil_div(a.heads, 64) * attention_splits(a);
   if (ctas64 >= 264) return launch_attention_mma_hc<D, 64>(a, s);
   if constexpr (D >= 128)
