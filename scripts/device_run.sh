@@ -34,7 +34,7 @@ cmake --build build/cuda -j "$(nproc)" --target deepinfer test_cuda_parity test_
   >> "$OUT/build.log" 2>&1
 # The CUPTI timeline library (stage trace) when the toolkit has CUPTI; its absence fails only that stage.
 cmake --build build/cuda -j "$(nproc)" --target di_kernel_trace >> "$OUT/build.log" 2>&1 || echo "no di_kernel_trace" >> "$R"
-cmake --build build/cuda -j "$(nproc)" --target wgmma_probe >> "$OUT/build.log" 2>&1 || echo "no wgmma_probe" >> "$R"
+cmake --build build/cuda -j "$(nproc)" --target wgmma_probe l2_probe >> "$OUT/build.log" 2>&1 || echo "no probes" >> "$R"
 echo "build exit $? ($(( $(date +%s) - t0 )) s)" >> "$R"
 tail -30 "$OUT/build.log" | grep -E "error|FAILED" >> "$R"
 
@@ -148,6 +148,10 @@ for i in range(128):
       echo "== wgmma probe" >> "$R"
       ./build/cuda/wgmma_probe >> "$R" 2>&1
       echo "probe exit $?" >> "$R"
+      # What an L2 prefetch does for a following read (run 105 in NOTES-device.md).
+      echo "== L2 prefetch probe" >> "$R"
+      ./build/cuda/l2_probe >> "$R" 2>&1
+      echo "l2 probe exit $?" >> "$R"
       ;;
     baseline)
       # The transformers reference on the same shape (needs carry [".baseline"]: the deepseek_v41
