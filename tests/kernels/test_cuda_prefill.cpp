@@ -123,15 +123,15 @@ void check_attention(Backends& b, int64_t S, int64_t H, int64_t hd, int64_t wind
 TEST(CudaPrefill, AttentionReleasedShapes) {
   Backends b;
   // 64 heads x 512, window 128, 512 of 2048 compressed entries selected per query.
-  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 (split in 5)");
-  check_attention(b, 300, 64, 512, 128, 127, 50, 2048, 512, false, 108, "S=300 64x512 (one CTA per query and 32 heads)");
+  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 (17 segments)");
+  check_attention(b, 300, 64, 512, 128, 127, 50, 2048, 512, false, 108, "S=300 64x512 (17 segments)");
   check_attention(b, 8, 64, 512, 128, 127, 50, 2048, 512, true, 101, "S=8 64x512 (split over the entries)");
   check_attention(b, 1, 64, 512, 128, 127, 0, 2048, 512, false, 102, "S=1 64x512 (split)");
   check_attention(b, 200, 64, 512, 128, 127, 9, 0, 0, false, 103, "S=200 64x512 window only");
   check_attention(b, 8, 64, 512, 128, 40, 3, 700, 700, true, 104, "S=8 64x512 short cache, all selected");
   check_attention(b, 3, 64, 512, 4096, 4000, 0, 300, 120, false, 105, "S=3 64x512 window 4096 (split)");
-  check_attention(b, 280, 8, 512, 4096, 4000, 0, 300, 120, false, 106, "S=280 8x512 window 4096 (list in batches)");
-  check_attention(b, 300, 4, 32, 4096, 4000, 0, 300, 120, false, 107, "S=300 4x32 window 4096 (list in batches)");
+  check_attention(b, 280, 8, 512, 4096, 4000, 0, 300, 120, false, 106, "S=280 8x512 window 4096 (35 segments)");
+  check_attention(b, 300, 4, 32, 4096, 4000, 0, 300, 120, false, 107, "S=300 4x32 window 4096 (35 segments)");
   // The selection bound sizes the launch (5 segments instead of 17 here); a bound below the
   // truth (8 of 512) makes the last segment take every entry left, never drops any.
   check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 512", nullptr, 512);
@@ -143,18 +143,20 @@ TEST(CudaPrefill, AttentionOnTheTensorCores) {
   // 128, 256, 512; any head count: 64 per CTA, the rest padded).
   Backends b;
   auto bf16 = make_cuda_backend(0, Precision::kBF16);
-  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 (split in 5)", bf16.get());
-  check_attention(b, 300, 64, 512, 128, 127, 50, 2048, 512, false, 108, "S=300 64x512", bf16.get());
+  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 (17 segments)", bf16.get());
+  check_attention(b, 300, 64, 512, 128, 127, 50, 2048, 512, false, 108, "S=300 64x512 (folded)", bf16.get());
+  // Folded with a query that sees nothing (its first segment empty: the sink alone, zero).
+  check_attention(b, 140, 64, 512, 128, 127, 50, 2048, 512, true, 112, "S=140 64x512 blind first (folded)", bf16.get(), 512);
   check_attention(b, 8, 64, 512, 128, 127, 50, 2048, 512, true, 101, "S=8 64x512 (split over the entries)", bf16.get());
   check_attention(b, 1, 64, 512, 128, 127, 0, 2048, 512, false, 102, "S=1 64x512 (split)", bf16.get());
   check_attention(b, 200, 64, 512, 128, 127, 9, 0, 0, false, 103, "S=200 64x512 window only", bf16.get());
   check_attention(b, 8, 64, 512, 128, 40, 3, 700, 700, true, 104, "S=8 64x512 short cache, all selected", bf16.get());
-  check_attention(b, 280, 8, 512, 4096, 4000, 0, 300, 120, false, 106, "S=280 8x512 window 4096 (list in batches)",
+  check_attention(b, 280, 8, 512, 4096, 4000, 0, 300, 120, false, 106, "S=280 8x512 window 4096 (35 segments)",
                   bf16.get());
   check_attention(b, 140, 40, 128, 16, 20, 5, 200, 30, false, 109, "S=140 40x128", bf16.get());
   check_attention(b, 140, 130, 64, 16, 20, 5, 200, 30, false, 110, "S=140 130x64 (three head blocks)", bf16.get());
   check_attention(b, 3, 33, 256, 16, 20, 5, 200, 30, true, 111, "S=3 33x256", bf16.get());
-  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 512", bf16.get(), 512);
+  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 512 (folded)", bf16.get(), 512);
   check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 8 (wrong)", bf16.get(), 8);
   check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 float32 inputs", bf16.get(), 512, false);
 }

@@ -110,7 +110,8 @@ constexpr int kAttnListCap = 4096;  // compacted entry indices held in shared me
 // their CTAs (attention_mma_k), which makes the finer segments nearly free there (prefill 1.20
 // -> 1.24 s against 512-entry segments, both folded; run 111).
 constexpr int kAttnSeg = 128;
-constexpr int64_t kAttnGroup = 256;  // queries per launch when split (bounds the partials)
+constexpr int64_t kAttnGroup = 256;  // queries per launch when split (bounds the partials),
+constexpr int64_t kAttnPartialFloats = int64_t{1} << 26;  // and at most this many floats of them
 
 // The indices of the entries a query sees (window first, then its selected compressed entries),
 // compacted in ascending order into shared memory a batch at a time: the visible-entry ordinals
@@ -468,7 +469,7 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
 // the sequence's first row e0; the float32 kernels' rounding of K, done once per entry instead
 // of once per query), so a tile of TN = 64 entries goes to shared memory by cp.async as it is,
 // the next tile loading while this one computes. A CTA of 8 warps per (query, HC heads, split),
-// HC = 64, 32 or 16 (MT = HC / 16 mma row tiles, DG = 8 / MT warps per row tile):
+// or per (query, HC heads) running the query's splits one after the other (fold), HC = 64, 32 or 16 (MT = HC / 16 mma row tiles, DG = 8 / MT warps per row tile):
 // - S = Q·Kᵀ by mma.sync: warp w computes heads 16 (w % MT) .. +16 x entries SE (w / MT) ..
 //   +SE (SE = TN / DG) over the whole head dimension, into shared memory (Q rounded to bf16 there);
 // - every warp takes back its 16 heads' whole rows (TN entries) in the mma accumulator layout
@@ -479,8 +480,9 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
 // A score is one chain of mma steps over the head dimension, a row's softmax the same quad
 // arithmetic and an output element one chain of mma steps over the entries whatever HC, so HC
 // changes the CTAs, never the bits: fewer heads per CTA spread a few queries over more SMs. The
-// visible-entry lists, segments and combine are the float32 kernel's, so a query's arithmetic
-// depends only on its own entries.
+// visible-entry lists and segments are the float32 kernel's, and the splits merge by the
+// combine's arithmetic (merge_scale / merge_term) in the combine kernel or, folding, in the
+// CTA, so a query's arithmetic depends only on its own entries.
 constexpr int kMmaTile = 64, kMmaWarps = 8, kMmaT = kMmaWarps * 32, kMmaListCap = 2048;
 
 template <int D, int HC>
@@ -582,13 +584,23 @@ __global__ void __launch_bounds__(kMmaT, 1)
     st_bf16x4(s_q + h * QS + c4 * 4, v);
   }
   const int r0 = mt * 16 + (lane >> 2);
+  // f(j, hr, head, first channel) for each of this thread's output pairs: fragment j, row r0 + 8 hr.
+  auto each_out = [&](auto&& f) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int64_t hh = h0 + r0 + 8 * hr;
+        if (hh < heads) f(j, hr, hh, c0 + grp * DC + j * 8 + quad * 2);
+      }
+  };
   float Mt[2] = {}, Lt[2] = {}, Ot[NT][4] = {};  // fold: the splits merged so far
   for (int split = split0; split < split1; ++split) {
     if (split > split0) __syncthreads();  // every warp done with the last split's list and tiles
     VisibleList<T, kMmaListCap> vl;
     vl.start_segment(split, nsplit, c_all);
     vl.fill(visible, s_list, s_scan);
-    if (vl.n_list == 0 && split > 0) {  // an empty segment: m = -inf, skipped by the combine
+    if (vl.n_list == 0 && split > 0) {  // an empty segment: m = -inf, skipped by the merge
       if (fold) continue;
       if (c0 == 0) store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, nullptr, nullptr);
       return;
@@ -748,7 +760,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
             Ot[j][2 * hr] = o[j][2 * hr];
             Ot[j][2 * hr + 1] = o[j][2 * hr + 1];
           }
-        } else {
+        } else if (m[hr] != -INFINITY) {  // the combine's skip (a row whose scores were all NaN or -inf)
           float fo, fn;
           merge_scale(Mt[hr], m[hr], fo, fn);
           Lt[hr] = merge_term(Lt[hr], fo, l[hr], fn);
@@ -761,19 +773,13 @@ __global__ void __launch_bounds__(kMmaT, 1)
       }
       continue;
     }
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int64_t hh = h0 + r0 + 8 * hr;
-        if (hh >= heads) continue;
-        const int col = c0 + grp * DC + j * 8 + quad * 2;
-        if (nsplit == 1)
-          *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
-        else
-          *reinterpret_cast<float2*>(part_o + ((tl * nsplit + split) * heads + hh) * D + col) =
-              make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
-      }
+    each_out([&](int j, int hr, int64_t hh, int col) {
+      if (nsplit == 1)
+        *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
+      else
+        *reinterpret_cast<float2*>(part_o + ((tl * nsplit + split) * heads + hh) * D + col) =
+            make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
+    });
     if (nsplit > 1 && grp == 0 && quad == 0 && c0 == 0)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -785,16 +791,9 @@ __global__ void __launch_bounds__(kMmaT, 1)
       }
   }  // splits
   if (fold)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int64_t hh = h0 + r0 + 8 * hr;
-        if (hh >= heads) continue;
-        const int col = c0 + grp * DC + j * 8 + quad * 2;
-        *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) =
-            make_float2(Ot[j][2 * hr] / Lt[hr], Ot[j][2 * hr + 1] / Lt[hr]);
-      }
+    each_out([&](int j, int hr, int64_t hh, int col) {
+      *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(Ot[j][2 * hr] / Lt[hr], Ot[j][2 * hr + 1] / Lt[hr]);
+    });
 }
 // Segments of a launch: enough for the most entries a query can see (its window plus every
 // compressed entry it may select, at most all candidates); with one segment the kernel
@@ -820,7 +819,8 @@ void launch_attention(int heads_per_cta, const AttentionArgs& a, cudaStream_t s,
     DI_CUDA_LAUNCHED();
     return;
   }
-  const int64_t group = std::min<int64_t>(a.s, kAttnGroup);
+  const int64_t group = std::min<int64_t>(
+      {a.s, kAttnGroup, std::max<int64_t>(1, kAttnPartialFloats / (int64_t{nsplit} * a.heads * a.head_dim))});
   float *part_o = nullptr, *part_ml = nullptr;
   DI_CUDA_CHECK(cudaMallocAsync(&part_o, static_cast<size_t>(group * nsplit * a.heads * a.head_dim) * sizeof(float), s));
   DI_CUDA_CHECK(cudaMallocAsync(&part_ml, static_cast<size_t>(group * nsplit * a.heads * 2) * sizeof(float), s));
@@ -883,17 +883,21 @@ void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s, bool fold =
 // dims of 128 and up, so a warp's D/8 channels hold two n8 tiles); at 16 heads, when four
 // times the CTAs still fit the SMs in one wave (a few queries), the 512 output channels over 4
 // CTAs each.
-// Queries enough for kAttnFoldCtas CTAs of 64 heads without splitting (half the SMs of an H200)
-// fold their splits (prefill, decode batches from 64): the splits add little parallelism there,
-// and their partial sums' round trip through memory had cost 10% of a prefill (runs 110-111).
-// (At 64 queries, folding or not measured within the run-to-run spread: 27.9-28.2 against
-// 28.0-28.4 ms a step; runs 112-114.)
-constexpr int64_t kAttnFoldCtas = 64;
+// Queries enough for kAttnFoldCtas CTAs of 64 heads without splitting (one per SM of an H200),
+// or kAttnFoldCtasFew with at most kAttnFoldSplits splits each, fold their splits (prefill, decode
+// batches from 64 at the released shape): the splits add little parallelism there, and their
+// partial sums' round trip through memory had cost 10% of a prefill (runs 110-111). (At 64
+// queries, folding or not measured within the run-to-run spread: 27.9-28.2 against 28.0-28.4
+// ms a step; runs 112-114. Long windows, of many splits, keep them in CTAs of their own below
+// kAttnFoldCtas queries.)
+constexpr int64_t kAttnFoldCtas = 132, kAttnFoldCtasFew = 64, kAttnFoldSplits = 8;
 template <int D>
 void launch_attention_mma(const AttentionArgs& a, cudaStream_t s) {
   // (64 heads: 1.24 / 1.95 s for the replayed / exact prefill, 32 heads 1.25 / 1.99 s, run 111; at head
   // dim 512 the 64-head CTA spills 0.8 KB of the merged state, touched once per split.)
-  if (attention_splits(a) > 1 && a.s * ceil_div(a.heads, 64) >= kAttnFoldCtas) return launch_attention_mma_hc<D, 64>(a, s, true);
+  const int64_t q64 = a.s * ceil_div(a.heads, 64), nsplit = attention_splits(a);
+  if (nsplit > 1 && (q64 >= kAttnFoldCtas || (q64 >= kAttnFoldCtasFew && nsplit <= kAttnFoldSplits)))
+    return launch_attention_mma_hc<D, 64>(a, s, true);
   const int64_t ctas64 = a.s * ceil_div(a.heads, 64) * attention_splits(a);
   if (ctas64 >= 264) return launch_attention_mma_hc<D, 64>(a, s);
   if constexpr (D >= 128)

@@ -634,6 +634,7 @@ bool gemm_bf16_takes_f32(const Bf16Gemm& p) { return !p.offsets && rows_per_tile
 
 void gemm_bf16(const Bf16Gemm& pin, cudaStream_t s) {
   Bf16Gemm p = pin;
+  p.stream_w = false;  // the decode tiling's choice (below)
   if (p.parts > 0) {
     if (!gemm_bf16_parts_fit(p) || (lay_out_parts(p) > 0 && !p.part)) {
       std::fprintf(stderr, "deepinfer: gemm_bf16: %d products do not fit one launch\n", p.parts);
@@ -676,10 +677,10 @@ void gemm_bf16(const Bf16Gemm& pin, cudaStream_t s) {
     // Dense: 2 stages (44 KB of shared memory; four blocks per SM, by registers) measured 1%
     // faster over a batch-1 step than 3 (runs 106, 108), which had been 11% faster than 4 (two per SM).
     if (!p.offsets) return p.x_f32 ? launch_gemm<16, 64, 128, 1, 4, 2, true>(p, s) : launch_gemm<16, 64, 128, 1, 4, 2>(p, s);
-    // Grouped: the experts' up projection (k = hidden) keeps 4 stages (3 were 8% slower); the
-    // down projection (k = the expert width, below 4096) takes 3, three blocks per SM instead of
-    // two: at one token its 640 blocks are 1.6 waves instead of 2.4 (batch 1 -0.06 ms, batch 64
-    // -0.6 ms; runs 103, 106).
+    // Grouped, by k: long ones (the experts' up projection, k = hidden = 5120) keep 4 stages
+    // (3 were 8% slower); short ones (their down projection, k = the expert width = 2304) take 3,
+    // three blocks per SM instead of two: at one token its 640 blocks are 1.6 waves instead of
+    // 2.4 (batch 1 -0.06 ms, batch 64 -0.6 ms; runs 103, 106).
     if (p.k < 4096) return launch_gemm<16, 64, 128, 1, 4, 3>(p, s);
     return launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
   } else if (p.k % 64 != 0) {
