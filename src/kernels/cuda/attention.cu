@@ -469,7 +469,8 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
 // the sequence's first row e0; the float32 kernels' rounding of K, done once per entry instead
 // of once per query), so a tile of TN = 64 entries goes to shared memory by cp.async as it is,
 // the next tile loading while this one computes. A CTA of 8 warps per (query, HC heads, split),
-// or per (query, HC heads) running the query's splits one after the other (fold), HC = 64, 32 or 16 (MT = HC / 16 mma row tiles, DG = 8 / MT warps per row tile):
+// or per (query, HC heads) running the query's splits one after the other (fold), HC = 64, 32
+// or 16 (MT = HC / 16 mma row tiles, DG = 8 / MT warps per row tile):
 // - S = Q·Kᵀ by mma.sync: warp w computes heads 16 (w % MT) .. +16 x entries SE (w / MT) ..
 //   +SE (SE = TN / DG) over the whole head dimension, into shared memory (Q rounded to bf16 there);
 // - every warp takes back its 16 heads' whole rows (TN entries) in the mma accumulator layout
