@@ -466,6 +466,15 @@ class Backend {
   virtual void grouped_matmul(const GroupedMatmulArgs& a);
   // Default: one matmul per output.
   virtual void multi_matmul(const MultiMatmulArgs& a);
+  // Fused pairs of ops (default: the two calls, in this order; a device backend may run them as
+  // one launch, with the same bits):
+  // - an mHC site's mixes and its collapse, which uses the previous site's pre (c.pre is not
+  //   m.pre: neither reads what the other writes);
+  // - the router and the permutation of its choices (p.ids / p.weights are r.ids / r.weights);
+  // - the MoE combine and the expand of its output (e.y is c.y, which is written too).
+  virtual void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c);
+  virtual void route(const RouterArgs& r, const MoePermuteArgs& p);
+  virtual void moe_combine_expand(const MoeCombineArgs& c, const HcExpandArgs& e);
   // The indexer's ops over several sequences at once (default: one call per item).
   virtual void indexer_scores_batch(const OpBatch<IndexerScoreArgs>& b);
   virtual void candidate_blocks_batch(const OpBatch<CandidateBlocksArgs>& b);

@@ -371,11 +371,12 @@ void DeepseekV41::mhc_site(const Mat& fn, const float* scale, const float* base,
                            const float* collapse_pre, const float* norm, Scratch& s, int64_t n) {
   const auto& c = cfg_;
   const int64_t D = c.hidden_size, hc = c.hc_mult;
-  be_.hc_mixes({.x = s.X.data(), .fn = fn.f32(), .scale = scale, .base = base, .pre = pre, .post = post, .comb = comb,
-                .rows = n, .hc = hc, .dim = D, .sinkhorn_iters = c.hc_sinkhorn_iters,
-                .norm_eps = static_cast<float>(c.rms_norm_eps), .hc_eps = static_cast<float>(c.hc_eps)});
-  be_.hc_collapse({.x = s.X.data(), .pre = collapse_pre, .y = s.xc.data(), .rows = n, .hc = hc, .dim = D, .norm_w = norm,
-                   .norm_y = s.xn.data(), .norm_eps = static_cast<float>(c.rms_norm_eps)});
+  // The collapse takes the previous site's pre, not the one these mixes compute: one op.
+  be_.hc_mixes_collapse({.x = s.X.data(), .fn = fn.f32(), .scale = scale, .base = base, .pre = pre, .post = post, .comb = comb,
+                         .rows = n, .hc = hc, .dim = D, .sinkhorn_iters = c.hc_sinkhorn_iters,
+                         .norm_eps = static_cast<float>(c.rms_norm_eps), .hc_eps = static_cast<float>(c.hc_eps)},
+                        {.x = s.X.data(), .pre = collapse_pre, .y = s.xc.data(), .rows = n, .hc = hc, .dim = D, .norm_w = norm,
+                         .norm_y = s.xn.data(), .norm_eps = static_cast<float>(c.rms_norm_eps)});
 }
 
 std::pair<const float*, const float*> DeepseekV41::rope_of(int64_t l, const Scratch& s) const {
@@ -443,9 +444,8 @@ void DeepseekV41::attention_out_and_ffn(int64_t l, Scratch& s, int64_t n) {
   // the next layer's attention collapses with it.
   mhc_site(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, s.pre.data(), s.f_post.data(), s.f_comb.data(), s.a_pre.data(),
            L.ffn_norm, s, n);
-  moe(l, s.xn.data(), n, s.y.data());
-  be_.hc_expand({.x = s.X.data(), .y = s.y.data(), .post = s.f_post.data(), .comb = s.f_comb.data(), .rows = n, .hc = hc,
-                 .dim = D});
+  moe(l, s.xn.data(), n, s.y.data(),
+      {.x = s.X.data(), .y = s.y.data(), .post = s.f_post.data(), .comb = s.f_comb.data(), .rows = n, .hc = hc, .dim = D});
 }
 
 void DeepseekV41::head(std::span<SeqChunk> batch, Scratch& s) {
@@ -920,7 +920,7 @@ void DeepseekV41::index_select(int64_t l, const std::vector<IndexJob>& jobs) {
   be_.topk_mask_batch({.items = topk_ops.data(), .n = static_cast<int64_t>(topk_ops.size())});
 }
 
-void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {
+void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y, const kernels::HcExpandArgs& expand) {
   const auto& c = cfg_;
   const MoeWeights& F = w_.layers[static_cast<size_t>(l)].ffn;
   const int64_t D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, I = c.moe_intermediate_size;
@@ -946,18 +946,17 @@ void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {
   kernels::ScoringFunc fn = c.scoring_func == "softmax"   ? kernels::ScoringFunc::kSoftmax
                             : c.scoring_func == "sigmoid" ? kernels::ScoringFunc::kSigmoid
                                                           : kernels::ScoringFunc::kSqrtSoftplus;
-  be_.router({.logits = logits.data(), .bias = F.bias, .ids = ids, .weights = wts, .rows = n, .experts = E,
-              .top_k = K, .temp = static_cast<float>(c.gate_temp), .routed_scaling = static_cast<float>(c.routed_scaling_factor),
-              .normalize = c.norm_topk_prob, .func = fn});
-  // Group the (token, slot) pairs by expert (in backend memory: no round trip to the host);
-  // expert e's rows are contiguous in the permuted order, and each product covers all experts.
+  // The routing, then (one op) its pairs grouped by expert (in backend memory: no round trip to the
+  // host); expert e's rows are contiguous in the permuted order, and each product covers all experts.
   // Merged, the shared expert's rows follow: every token once, rows [n*K, n*K + n) in token
   // order, weight 1.
   kernels::Buf<int32_t> offsets(be_, E + 2), perm_token(be_, rows), slot_row(be_, R);
   kernels::Buf<float> perm_w(be_, rows);
-  be_.moe_permute({.ids = ids, .weights = wts, .offsets = offsets.data(), .perm_token = perm_token.data(),
-                   .perm_weight = perm_w.data(), .slot_row = slot_row.data(), .n = n, .k = K, .experts = E,
-                   .shared = merged});
+  be_.route({.logits = logits.data(), .bias = F.bias, .ids = ids, .weights = wts, .rows = n, .experts = E,
+             .top_k = K, .temp = static_cast<float>(c.gate_temp), .routed_scaling = static_cast<float>(c.routed_scaling_factor),
+             .normalize = c.norm_topk_prob, .func = fn},
+            {.ids = ids, .weights = wts, .offsets = offsets.data(), .perm_token = perm_token.data(),
+             .perm_weight = perm_w.data(), .slot_row = slot_row.data(), .n = n, .k = K, .experts = E, .shared = merged});
   kernels::Buf<float> g(be_, rows * I), u(be_, rows * I), a(be_, rows * I), eo(be_, rows * D);
   const float limit = static_cast<float>(c.swiglu_limit);
   // Every expert's gate and up projections in one op, reading the tokens' rows in the permuted
@@ -972,9 +971,10 @@ void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y) {
     linear(sa.data(), n, F.w2[static_cast<size_t>(E)], so.data());
   }
   // Per token: routed outputs in ascending expert order (as the reference accumulates),
-  // then the shared expert's.
-  be_.moe_combine({.expert_out = eo.data(), .slot_row = slot_row.data(), .ids = ids,
-                   .shared = merged ? eo.data() + R * D : so.data(), .y = y, .n = n, .k = K, .dim = D});
+  // then the shared expert's; then (one op) the streams expanded with it.
+  be_.moe_combine_expand({.expert_out = eo.data(), .slot_row = slot_row.data(), .ids = ids,
+                          .shared = merged ? eo.data() + R * D : so.data(), .y = y, .n = n, .k = K, .dim = D},
+                         expand);
 }
 
 }  // namespace deepinfer::model

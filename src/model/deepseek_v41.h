@@ -131,7 +131,8 @@ class DeepseekV41 {
   };
   void index_select(int64_t layer, const std::vector<IndexJob>& jobs);
   void compact_to_tail(std::span<SeqChunk> batch, Scratch& s, std::vector<int64_t>& hash_ids, int64_t hash_w);
-  void moe(int64_t layer, const float* xn, int64_t rows, float* y);
+  // The FFN's MoE of xn into y, then `expand` (the streams expanded with y).
+  void moe(int64_t layer, const float* xn, int64_t rows, float* y, const kernels::HcExpandArgs& expand);
   // hash_ids: host [rows, n_engram_layers, cols].
   void engram(int64_t layer, const std::vector<int64_t>& hash_ids, Scratch& s, float* X);
   void rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* cos, const float* sin, bool inverse);

@@ -357,3 +357,66 @@ TEST(Ops, Bf16EmulationRoundsInputsAndWeights) {
   be32->matmul({.x = x.data(), .w = kernels::WeightView::f32(w.data(), n, k), .y = b.data(), .m = m, .n = n, .k = k});
   EXPECT_NE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);  // the rounding is real
 }
+
+// The fused pairs' defaults are their two ops, in order, and refuse arguments that break the
+// pairing (a device backend runs a pair as one launch: the pairing is what makes that legal).
+TEST(Ops, FusedPairsAreTheirTwoOps) {
+  auto be = kernels::make_cpu_backend(1);
+  // route = router, then the permutation of its choices.
+  const int64_t n = 3, E = 8, K = 2;
+  const auto z = randn(n * E, 31);
+  std::vector<int32_t> ids(n * K), off(E + 2), tok(n * K + n), slot(n * K), ids1 = ids, off1 = off, tok1 = tok, slot1 = slot;
+  std::vector<float> w(n * K), pw(n * K + n), w1 = w, pw1 = pw;
+  const kernels::RouterArgs r{.logits = z.data(), .ids = ids.data(), .weights = w.data(), .rows = n, .experts = E, .top_k = K};
+  be->route(r, {.ids = ids.data(), .weights = w.data(), .offsets = off.data(), .perm_token = tok.data(), .perm_weight = pw.data(),
+                .slot_row = slot.data(), .n = n, .k = K, .experts = E, .shared = true});
+  kernels::RouterArgs r1 = r;
+  r1.ids = ids1.data();
+  r1.weights = w1.data();
+  be->router(r1);
+  be->moe_permute({.ids = ids1.data(), .weights = w1.data(), .offsets = off1.data(), .perm_token = tok1.data(),
+                   .perm_weight = pw1.data(), .slot_row = slot1.data(), .n = n, .k = K, .experts = E, .shared = true});
+  EXPECT_EQ(ids, ids1);
+  EXPECT_EQ(off, off1);
+  EXPECT_EQ(tok, tok1);
+  EXPECT_EQ(slot, slot1);
+  EXPECT_EQ(pw, pw1);
+  EXPECT_DEATH(be->route(r, {.ids = ids1.data(), .weights = w.data(), .offsets = off.data(), .perm_token = tok.data(),
+                             .perm_weight = pw.data(), .slot_row = slot.data(), .n = n, .k = K, .experts = E}),
+               "route: the permutation does not take the router's choices");
+  // moe_combine_expand = the combine, then the expand of its output.
+  const int64_t hc = 2, D = 5;
+  const auto eo = randn(n * K * D, 32), x0 = randn(n * hc * D, 33), post = randn(n * hc, 34), comb = randn(n * hc * hc, 35);
+  std::vector<float> y(n * D), y1(n * D), x = x0, x1 = x0;
+  std::vector<int32_t> rows_of(n * K);
+  for (int64_t i = 0; i < n * K; ++i) rows_of[i] = static_cast<int32_t>((i * 5) % (n * K));
+  const kernels::MoeCombineArgs c{.expert_out = eo.data(), .slot_row = rows_of.data(), .ids = ids.data(), .y = y.data(), .n = n,
+                                  .k = K, .dim = D};
+  be->moe_combine_expand(c, {.x = x.data(), .y = y.data(), .post = post.data(), .comb = comb.data(), .rows = n, .hc = hc, .dim = D});
+  kernels::MoeCombineArgs c1 = c;
+  c1.y = y1.data();
+  be->moe_combine(c1);
+  be->hc_expand({.x = x1.data(), .y = y1.data(), .post = post.data(), .comb = comb.data(), .rows = n, .hc = hc, .dim = D});
+  EXPECT_EQ(y, y1);
+  EXPECT_EQ(x, x1);
+  EXPECT_DEATH(be->moe_combine_expand(c, {.x = x.data(), .y = y1.data(), .post = post.data(), .comb = comb.data(), .rows = n,
+                                          .hc = hc, .dim = D}),
+               "moe_combine_expand: the expand does not take the combine's output");
+  // hc_mixes_collapse = the mixes, then the collapse with another pre.
+  const int64_t mix = (2 + hc) * hc;
+  const auto fn = randn(mix * hc * D, 36, 0.1f), base = randn(mix, 37), cpre = randn(n * hc, 38);
+  const std::vector<float> scale = {1.0f, 1.0f, 1.0f};
+  std::vector<float> pre(n * hc), post2(n * hc), comb2(n * hc * hc), xc(n * D), xn(n * D), pre1 = pre, xc1 = xc, xn1 = xn;
+  const kernels::HcMixesArgs m{.x = x0.data(), .fn = fn.data(), .scale = scale.data(), .base = base.data(), .pre = pre.data(),
+                               .post = post2.data(), .comb = comb2.data(), .rows = n, .hc = hc, .dim = D};
+  be->hc_mixes_collapse(m, {.x = x0.data(), .pre = cpre.data(), .y = xc.data(), .rows = n, .hc = hc, .dim = D, .norm_y = xn.data()});
+  kernels::HcMixesArgs m1 = m;
+  m1.pre = pre1.data();
+  be->hc_mixes(m1);
+  be->hc_collapse({.x = x0.data(), .pre = cpre.data(), .y = xc1.data(), .rows = n, .hc = hc, .dim = D, .norm_y = xn1.data()});
+  EXPECT_EQ(pre, pre1);
+  EXPECT_EQ(xc, xc1);
+  EXPECT_EQ(xn, xn1);
+  EXPECT_DEATH(be->hc_mixes_collapse(m, {.x = x0.data(), .pre = pre.data(), .y = xc.data(), .rows = n, .hc = hc, .dim = D}),
+               "hc_mixes_collapse: the collapse reads the pre the mixes write");
+}

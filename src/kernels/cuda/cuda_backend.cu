@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -289,6 +291,34 @@ class CudaBackend final : public Backend {
     float* part = scratch<float>(cuda::hc_mixes_scratch(a.rows));
     cuda::hc_mixes(a, part, gemm_counters_, stream_);
     release(part);
+  }
+  // The fused pairs (one launch each where the shapes allow; DEEPINFER_CUDA_FUSED=0: the two
+  // ops, for comparisons).
+  static bool fused() {
+    static const bool on = [] {
+      const char* e = std::getenv("DEEPINFER_CUDA_FUSED");
+      return !(e && e[0] == '0');
+    }();
+    return on;
+  }
+  void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c) override {
+    if (!fused()) return Backend::hc_mixes_collapse(m, c);
+    if (m.rows == 0) return hc_collapse(c);
+    if (c.pre == m.pre || c.pre == m.post || c.pre == m.comb) {
+      std::fprintf(stderr, "deepinfer: hc_mixes_collapse: the collapse reads what the mixes write\n");
+      std::abort();
+    }
+    float* part = scratch<float>(cuda::hc_mixes_scratch(m.rows));
+    cuda::hc_mixes_collapse(m, c, part, gemm_counters_, stream_);
+    release(part);
+  }
+  void route(const RouterArgs& r, const MoePermuteArgs& p) override {
+    if (!fused()) return Backend::route(r, p);
+    cuda::route(r, p, stream_);
+  }
+  void moe_combine_expand(const MoeCombineArgs& c, const HcExpandArgs& e) override {
+    if (!fused()) return Backend::moe_combine_expand(c, e);
+    cuda::moe_combine_expand(c, e, stream_);
   }
 
  private:

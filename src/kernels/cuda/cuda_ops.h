@@ -25,6 +25,9 @@ void fake_quant(const FakeQuantArgs& a, cudaStream_t s);
 void hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s);
 int64_t hc_mixes_scratch(int64_t rows);
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s);
+// Both in one launch (the collapse's rows in blocks of the mixes' launch) where the collapse
+// takes its fused norm kernel, else hc_mixes then hc_collapse; part and counters as hc_mixes'.
+void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c, float* part, int* counters, cudaStream_t s);
 void hc_expand(const HcExpandArgs& a, cudaStream_t s);
 void engram_gate(const EngramGateArgs& a, cudaStream_t s);
 // bf16: a bf16 backend (its tensor-core kernel rounds Q and the entries to bf16).
@@ -43,6 +46,8 @@ void topk_mask_batch(const TopkMaskArgs* host_items, const TopkMaskArgs* dev_ite
 void candidate_blocks_batch(const CandidateBlocksArgs* host_items, const CandidateBlocksArgs* dev_items, int64_t n,
                             cudaStream_t s);
 void router(const RouterArgs& a, cudaStream_t s);
+// router then moe_permute, in one launch for up to 32 rows.
+void route(const RouterArgs& r, const MoePermuteArgs& p, cudaStream_t s);
 // scratch: sample_rows_scratch_bytes(a) bytes of device memory (the rows' weights, fp64).
 int64_t sample_rows_scratch_bytes(const SampleRowsArgs& a);
 void sample_rows(const SampleRowsArgs& a, void* scratch, cudaStream_t s);
@@ -50,6 +55,8 @@ void gather_weight_rows(const GatherWeightRowsArgs& a, cudaStream_t s);
 void scale(const ScaleArgs& a, cudaStream_t s);
 void gather_rows(const GatherRowsArgs& a, cudaStream_t s);
 void moe_combine(const MoeCombineArgs& a, cudaStream_t s);
+// moe_combine with each element then expanded into the streams (e.y is a.y), one launch.
+void moe_combine_expand(const MoeCombineArgs& a, const HcExpandArgs& e, cudaStream_t s);
 void dequant_packed(const DequantPackedArgs& a, cudaStream_t s);
 // matmul.cu: x [m, k] (row stride ldx) rounded to bf16 into out [mp, k] (rows m.. zero); rows of w dequantised
 // into bf16 (exact for bf16/FP8/FP4 storage); seeded random fills.

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/hc_expand.cuh"
 #include "kernels/cuda/tiling.cuh"
 
 namespace deepinfer::kernels::cuda {
@@ -187,6 +188,57 @@ __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
   out[i] = d_weight_at(w, row0 + i / w.cols, i % w.cols);
 }
 
+// Collapse and RMSNorm of row r in one pass by a block of kNormThreads (after the programmatic
+// wait; hc_collapse_norm_k: a block per row; hc_project_k: blocks of the mixes' launch): each
+// element is hc_collapse_k's (the same fmaf chain over the streams), the norm rms_norm_v4_k's
+// (rms_norm_held on the same per-thread float4 chunks), so the bits are those of the two launches.
+// Every load of the row (its streams, their weights, the norm's weights) is issued before the
+// first store (a store between them would order each later load after it: one memory latency
+// per chunk and stream, 8 us a row instead of about 2). HC: the stream count when known at
+// compile time (4), else 0 (at most kMaxStreams).
+template <int HC>
+__device__ void collapse_norm_row(const HcCollapseArgs& a, int64_t r) {
+  const int64_t dim = a.dim, n4 = dim / 4, hc = HC ? HC : a.hc;
+  float pk[HC ? HC : kMaxStreams];
+#pragma unroll
+  for (int k = 0; k < (HC ? HC : kMaxStreams); ++k) pk[k] = k < hc ? a.pre[r * hc + k] : 0.0f;
+  float4 v[kNormCache], g[kNormCache];
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) {
+    const int64_t i = threadIdx.x + j * kNormThreads;
+    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n4) {
+      float4 x[HC ? HC : kMaxStreams];
+#pragma unroll
+      for (int k = 0; k < (HC ? HC : kMaxStreams); ++k)
+        if (k < hc) x[k] = reinterpret_cast<const float4*>(a.x + (r * hc + k) * dim)[i];
+#pragma unroll
+      for (int k = 0; k < (HC ? HC : kMaxStreams); ++k)
+        if (k < hc) s = make_float4(fmaf(pk[k], x[k].x, s.x), fmaf(pk[k], x[k].y, s.y), fmaf(pk[k], x[k].z, s.z), fmaf(pk[k], x[k].w, s.w));
+    }
+    v[j] = s;
+    g[j] = a.norm_w && i < n4 ? reinterpret_cast<const float4*>(a.norm_w)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) {
+    const int64_t i = threadIdx.x + j * kNormThreads;
+    if (i >= n4) break;
+    reinterpret_cast<float4*>(a.y + r * dim)[i] = v[j];
+  }
+  rms_norm_held(v, g, a.norm_w != nullptr, dim, a.norm_eps, reinterpret_cast<float4*>(a.norm_y + r * dim));
+}
+template <int HC>
+__global__ void __launch_bounds__(kNormThreads) hc_collapse_norm_k(HcCollapseArgs a) {
+  DI_PDL_ENTRY();
+  collapse_norm_row<HC>(a, blockIdx.x);
+}
+// Whether hc_collapse takes hc_collapse_norm_k.
+bool collapse_norm_fits(const HcCollapseArgs& a) {
+  using detail::aligned16;
+  return a.norm_y && a.dim % 4 == 0 && a.dim <= 4 * kNormCache * kNormThreads && a.hc <= kMaxStreams && aligned16(a.x) &&
+         aligned16(a.y) && aligned16(a.norm_y) && (!a.norm_w || aligned16(a.norm_w));
+}
+
 // mHC mixes. hc_project_k: a warp per (group of R rows, slice, group of NMIX mixes) reduces one
 // of kMixSlices fixed slices of the flattened rows: Σx² and the mix dot products, lane l
 // summing the slice's elements l, l + 32, ... in order, then one shuffle tree; the 8 warps of a
@@ -272,8 +324,22 @@ __global__ void hc_mixes_k(HcMixesArgs a, const float* part) {
 // runs hc_mixes_row for its rows, each warp every 8th (one launch for the whole op).
 enum : int { kMixGlobal = 0, kMixStaged = 1, kMixChunked = 2 };
 constexpr int kMixChunk = 128;
-template <int NMIX, int HC, int R, int MODE>
-__global__ void __launch_bounds__(kMixThreads, MODE == kMixChunked ? 2 : 1) hc_project_k(HcMixesArgs a, float* part, int* counters) {
+// COL (hc_mixes_collapse): grid z below col_z holds the collapse's blocks, row (z x grid x + x)
+// x grid y + y each, first so that they start in the first wave; the mixes' blocks follow (their
+// z less col_z). A variant of its own, two blocks per SM: the two paths in one function took 178
+// registers a thread (71 for the mixes alone), which would have halved the other launches' blocks.
+template <int NMIX, int HC, int R, int MODE, bool COL = false>
+__global__ void __launch_bounds__(kMixThreads, MODE == kMixChunked || COL ? 2 : 1)
+    hc_project_k(HcMixesArgs a, float* part, int* counters, HcCollapseArgs col, int col_z) {
+  static_assert(kMixThreads == kNormThreads, "the collapse's blocks are the mixes' blocks");
+  if constexpr (COL) {
+    if (static_cast<int>(blockIdx.z) < col_z) {
+      const int64_t r = (static_cast<int64_t>(blockIdx.z) * gridDim.x + blockIdx.x) * gridDim.y + blockIdx.y;
+      if (r >= col.rows) return;
+      DI_PDL_ENTRY();
+      return collapse_norm_row<HC>(col, r);
+    }
+  }
   static_assert(MODE != kMixStaged || R == 1, "staging holds a row per warp");
   constexpr bool STAGED = MODE == kMixStaged;
   // STAGED: fn [NMIX][len], then the block's rows [<= 8][len]; chunked: 2 x (fn [NMIX][chunk],
@@ -282,7 +348,7 @@ __global__ void __launch_bounds__(kMixThreads, MODE == kMixChunked ? 2 : 1) hc_p
   const int64_t width = a.hc * a.dim, nmix = (2 + a.hc) * a.hc;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int64_t rb0 = static_cast<int64_t>(blockIdx.x) * kMixWarps * R, r0 = rb0 + static_cast<int64_t>(warp) * R;
-  const int mix0 = static_cast<int>(blockIdx.z) * NMIX;
+  const int mix0 = (static_cast<int>(blockIdx.z) - (COL ? col_z : 0)) * NMIX;
   const int slice = static_cast<int>(blockIdx.y);
   const int64_t len = (width + kMixSlices - 1) / kMixSlices, i0 = slice * len, i1 = min(width, i0 + len);
   const int nr = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(R), a.rows - r0)));
@@ -388,7 +454,8 @@ __global__ void __launch_bounds__(kMixThreads, MODE == kMixChunked ? 2 : 1) hc_p
   __syncthreads();
   __shared__ bool s_last;
   __shared__ float fin_sum[kMixWarps][kMaxMix + 1], fin_m[kMixWarps][kMaxMix];
-  if (threadIdx.x == 0) s_last = atomicAdd(counters + blockIdx.x, 1) == static_cast<int>(gridDim.y * gridDim.z) - 1;
+  const int mix_z = static_cast<int>(gridDim.z) - (COL ? col_z : 0);
+  if (threadIdx.x == 0) s_last = atomicAdd(counters + blockIdx.x, 1) == static_cast<int>(gridDim.y) * mix_z - 1;
   __syncthreads();
   if (!s_last) return;
   __threadfence();
@@ -407,69 +474,15 @@ __global__ void hc_collapse_k(HcCollapseArgs a) {
   a.y[i] = s;
 }
 
-// Collapse and RMSNorm in one pass, a block per row: each element is hc_collapse_k's (the same
-// fmaf chain over the streams), the norm rms_norm_v4_k's (rms_norm_held on the same per-thread
-// float4 chunks), so the bits are those of the two launches.
-// Every load of the row (its streams, their weights, the norm's weights) is issued before the
-// first store (a store between them would order each later load after it: one memory latency
-// per chunk and stream, 8 us a row instead of about 2). HC: the stream count when known at
-// compile time (4), else 0 (at most kMaxStreams).
-constexpr int kMaxStreams = 8;
-template <int HC>
-__global__ void __launch_bounds__(kNormThreads) hc_collapse_norm_k(HcCollapseArgs a) {
-  DI_PDL_ENTRY();
-  const int64_t r = blockIdx.x, dim = a.dim, n4 = dim / 4, hc = HC ? HC : a.hc;
-  float pk[HC ? HC : kMaxStreams];
-#pragma unroll
-  for (int k = 0; k < (HC ? HC : kMaxStreams); ++k) pk[k] = k < hc ? a.pre[r * hc + k] : 0.0f;
-  float4 v[kNormCache], g[kNormCache];
-#pragma unroll
-  for (int j = 0; j < kNormCache; ++j) {
-    const int64_t i = threadIdx.x + j * kNormThreads;
-    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (i < n4) {
-      float4 x[HC ? HC : kMaxStreams];
-#pragma unroll
-      for (int k = 0; k < (HC ? HC : kMaxStreams); ++k)
-        if (k < hc) x[k] = reinterpret_cast<const float4*>(a.x + (r * hc + k) * dim)[i];
-#pragma unroll
-      for (int k = 0; k < (HC ? HC : kMaxStreams); ++k)
-        if (k < hc) s = make_float4(fmaf(pk[k], x[k].x, s.x), fmaf(pk[k], x[k].y, s.y), fmaf(pk[k], x[k].z, s.z), fmaf(pk[k], x[k].w, s.w));
-    }
-    v[j] = s;
-    g[j] = a.norm_w && i < n4 ? reinterpret_cast<const float4*>(a.norm_w)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-#pragma unroll
-  for (int j = 0; j < kNormCache; ++j) {
-    const int64_t i = threadIdx.x + j * kNormThreads;
-    if (i >= n4) break;
-    reinterpret_cast<float4*>(a.y + r * dim)[i] = v[j];
-  }
-  rms_norm_held(v, g, a.norm_w != nullptr, dim, a.norm_eps, reinterpret_cast<float4*>(a.norm_y + r * dim));
-}
 
-// HC: the stream count when known at compile time (4: the streams in registers; a runtime
-// count indexes a local array), else 0 (at most kMaxStreams).
+// HC: as hc_expand_at (hc_expand.cuh).
 template <int HC>
 __global__ void hc_expand_k(HcExpandArgs a) {
   DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= a.rows * a.dim) return;
-  const int64_t r = i / a.dim, d = i % a.dim, hc = HC ? HC : a.hc;
-  constexpr int N = HC ? HC : kMaxStreams;
-  float res[N];
-#pragma unroll
-  for (int j = 0; j < N; ++j) res[j] = j < hc ? a.x[(r * hc + j) * a.dim + d] : 0.0f;
-  const float yd = a.y[r * a.dim + d];
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    if (k >= hc) break;
-    float mixed = 0.0f;
-#pragma unroll
-    for (int j = 0; j < N; ++j)
-      if (j < hc) mixed += a.comb[r * hc * hc + j * hc + k] * res[j];
-    a.x[(r * hc + k) * a.dim + d] = a.post[r * hc + k] * yd + mixed;
-  }
+  const int64_t r = i / a.dim, d = i % a.dim;
+  hc_expand_at<HC>(a, r, d, a.y[r * a.dim + d]);
 }
 
 // One block per (row, stream).
@@ -543,13 +556,17 @@ void dequant(const WeightView& w, int64_t row0, int64_t n, float* out, cudaStrea
 int64_t hc_mixes_scratch(int64_t rows) { return rows * kMixSlices * (kMaxMix + 1); }
 
 namespace {
-template <int NMIX, int HC, int R, int MODE>
-void launch_hc_project(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s, int nmix, size_t smem) {
+// col (COL only): the collapse's rows in blocks of this launch.
+template <int NMIX, int HC, int R, int MODE, bool COL = false>
+void launch_hc_project(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s, int nmix, size_t smem,
+                       const HcCollapseArgs* col = nullptr) {
   const unsigned row_blocks = static_cast<unsigned>(ceil_div(a.rows, kMixWarps * R));
   if (row_blocks > kMixCounters) counters = nullptr;
-  if (smem > 48 * 1024) opt_in_smem(hc_project_k<NMIX, HC, R, MODE>, smem);
-  launch_k(hc_project_k<NMIX, HC, R, MODE>, dim3(row_blocks, kMixSlices, static_cast<unsigned>(ceil_div(nmix, NMIX))),
-           kMixThreads, smem, s, a, part, counters);
+  auto kernel = hc_project_k<NMIX, HC, R, MODE, COL>;
+  if (smem > 48 * 1024) opt_in_smem(kernel, smem);
+  const int64_t mix_z = ceil_div(nmix, NMIX), col_z = COL ? ceil_div(col->rows, int64_t{row_blocks} * kMixSlices) : 0;
+  launch_k(kernel, dim3(row_blocks, kMixSlices, static_cast<unsigned>(mix_z + col_z)), kMixThreads, smem, s, a, part, counters,
+           COL ? *col : HcCollapseArgs{}, static_cast<int>(col_z));
   DI_CUDA_LAUNCHED();
   if (counters) return;  // finished by each row block's last block
   launch_k(hc_mixes_k<HC>, static_cast<unsigned>(a.rows), 32, 0, s, a, part);
@@ -565,7 +582,7 @@ void launch_hc_project(const HcMixesArgs& a, float* part, int* counters, cudaStr
 // Always the same bits.
 constexpr int64_t kMixChunkRows = 160;
 template <int HC>
-void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) {
+void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s, const HcCollapseArgs* col) {
   const int nmix = static_cast<int>((2 + a.hc) * a.hc);
   const int64_t width = a.hc * a.dim, len = ceil_div(width, kMixSlices);
   const bool aligned = width % 4 == 0 && detail::aligned16(a.fn) && detail::aligned16(a.x);
@@ -575,6 +592,9 @@ void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStrea
   const size_t smem = static_cast<size_t>((group + std::min<int64_t>(kMixWarps, a.rows)) * len) * sizeof(float);
   const bool stage = aligned && len % 4 == 0 && smem <= 96 * 1024;
   const bool chunk = nmix == 24 && aligned && width % (kMixSlices * kMixChunk) == 0;  // hc = 4
+  // The collapse joins the launch of few rows (one row block: 128 mix blocks and the collapse's,
+  // one wave at a block per SM); otherwise it follows.
+  if (group == 3 && stage && col) return launch_hc_project<3, HC, 1, kMixStaged, true>(a, part, counters, s, nmix, smem, col);
   if (group == 3 && stage) launch_hc_project<3, HC, 1, kMixStaged>(a, part, counters, s, nmix, smem);
   else if (a.rows >= kMixChunkRows && chunk)
     launch_hc_project<24, HC, 4, kMixChunked>(a, part, counters, s, nmix, size_t{2} * (24 + kMixWarps * 4) * kMixChunk * sizeof(float));
@@ -582,6 +602,7 @@ void launch_hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStrea
   else if (a.rows <= 1024) launch_hc_project<6, HC, 1, kMixGlobal>(a, part, counters, s, nmix, 0);
   else if (nmix == 24) launch_hc_project<24, HC, 4, kMixGlobal>(a, part, counters, s, nmix, 0);
   else launch_hc_project<kMaxMix, HC, 2, kMixGlobal>(a, part, counters, s, nmix, 0);
+  if (col) hc_collapse(*col, s);
 }
 }  // namespace
 
@@ -591,15 +612,22 @@ void hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) 
     std::fprintf(stderr, "deepinfer: hc_mixes supports at most %d mixes\n", kMaxMix);
     std::abort();
   }
-  if (a.hc == 4) launch_hc_mixes<4>(a, part, counters, s);
-  else launch_hc_mixes<0>(a, part, counters, s);
+  if (a.hc == 4) launch_hc_mixes<4>(a, part, counters, s, nullptr);
+  else launch_hc_mixes<0>(a, part, counters, s, nullptr);
+}
+void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c, float* part, int* counters, cudaStream_t s) {
+  // One launch when the collapse takes the fused norm kernel on the mixes' streams.
+  if (m.rows == 0 || c.rows == 0 || c.hc != m.hc || (2 + m.hc) * m.hc > kMaxMix || !collapse_norm_fits(c)) {
+    hc_mixes(m, part, counters, s);
+    return hc_collapse(c, s);
+  }
+  if (m.hc == 4) launch_hc_mixes<4>(m, part, counters, s, &c);
+  else launch_hc_mixes<0>(m, part, counters, s, &c);
 }
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s) {
   if (a.rows * a.dim == 0) return;
-  using detail::aligned16;
   // With the norm: one pass where rms_norm would take its float4 kernel, else the two launches.
-  if (a.norm_y && a.dim % 4 == 0 && a.dim <= 4 * kNormCache * kNormThreads && a.hc <= kMaxStreams && aligned16(a.x) &&
-      aligned16(a.y) && aligned16(a.norm_y) && (!a.norm_w || aligned16(a.norm_w))) {
+  if (collapse_norm_fits(a)) {
     if (a.hc == 4) launch_k(hc_collapse_norm_k<4>, static_cast<unsigned>(a.rows), kNormThreads, 0, s, a);
     else launch_k(hc_collapse_norm_k<0>, static_cast<unsigned>(a.rows), kNormThreads, 0, s, a);
     DI_CUDA_LAUNCHED();

@@ -8,8 +8,11 @@
 // operand, quieted; a NaN made by the multiply itself is 0xFFC00000) instead of the GPU's
 // canonical 0x7FFFFFFF. Sums are __fadd_rn in the reference's order.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/hc_expand.cuh"
 
 namespace deepinfer::kernels::cuda {
 
@@ -96,8 +99,11 @@ __global__ void gather_rows_k(const uint32_t* src, const int32_t* idx, uint32_t*
 // A block per (token, kCombineChunk channels): the token's K slot ids and rows staged in
 // shared memory, thread 0 orders the slots by (expert id, slot), then every thread sums its
 // channels in that order from 0.0f, then + shared.
+// EXPAND (moe_combine_expand): each y element then expanded into the streams, as hc_expand_k
+// would (HC: as hc_expand_at).
 constexpr int kCombineChunk = 256;
-__global__ void moe_combine_k(MoeCombineArgs a) {
+template <bool EXPAND, int HC>
+__global__ void moe_combine_k(MoeCombineArgs a, HcExpandArgs e) {
   DI_PDL_ENTRY();
   extern __shared__ int sm[];
   const int64_t t = blockIdx.x, K = a.k, D = a.dim;
@@ -124,6 +130,7 @@ __global__ void moe_combine_k(MoeCombineArgs a) {
     for (int64_t k = 0; k < K; ++k) acc = __fadd_rn(acc, a.expert_out[static_cast<int64_t>(row[k]) * D + d]);
     if (a.shared) acc = __fadd_rn(acc, a.shared[t * D + d]);
     a.y[t * D + d] = acc;
+    if constexpr (EXPAND) hc_expand_at<HC>(e, t, d, acc);
   }
 }
 
@@ -230,7 +237,21 @@ void gather_rows(const GatherRowsArgs& a, cudaStream_t s) {
 void moe_combine(const MoeCombineArgs& a, cudaStream_t s) {
   if (a.n <= 0 || a.dim <= 0) return;
   const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(a.dim, kCombineChunk)));
-  launch_k(moe_combine_k, grid, kThreads, static_cast<size_t>(3 * std::max<int64_t>(a.k, 1)) * sizeof(int), s, a);
+  launch_k(moe_combine_k<false, 0>, grid, kThreads, static_cast<size_t>(3 * std::max<int64_t>(a.k, 1)) * sizeof(int), s, a,
+           HcExpandArgs{});
+  DI_CUDA_LAUNCHED();
+}
+void moe_combine_expand(const MoeCombineArgs& a, const HcExpandArgs& e, cudaStream_t s) {
+  if (e.hc > kMaxStreams || e.y != a.y || e.rows != a.n || e.dim != a.dim) {
+    std::fprintf(stderr, "deepinfer: moe_combine_expand: the expand does not take the combine's output (or > %d streams)\n",
+                 kMaxStreams);
+    std::abort();
+  }
+  if (a.n <= 0 || a.dim <= 0) return;
+  const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(a.dim, kCombineChunk)));
+  const size_t smem = static_cast<size_t>(3 * std::max<int64_t>(a.k, 1)) * sizeof(int);
+  if (e.hc == 4) launch_k(moe_combine_k<true, 4>, grid, kThreads, smem, s, a, e);
+  else launch_k(moe_combine_k<true, 0>, grid, kThreads, smem, s, a, e);
   DI_CUDA_LAUNCHED();
 }
 

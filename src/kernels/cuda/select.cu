@@ -144,14 +144,9 @@ __global__ void __launch_bounds__(kSelThreads) select_batch_k(const Args* items)
 // the CPU), then top_k rounds of a warp argmax (higher biased score, then lower index). The
 // softmax denominator and the weight sum stay serial, in the CPU's order.
 constexpr int kRouterWarps = 4;
-__global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
-  DI_PDL_ENTRY();
-  extern __shared__ float router_smem[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
-  if (r >= a.rows) return;
+// Row r by one warp (lane), sc: its 2 x experts floats of shared memory.
+__device__ void router_row(const RouterArgs& a, int64_t r, float* sc, int lane) {
   const int E = static_cast<int>(a.experts), K = static_cast<int>(a.top_k);
-  float* sc = router_smem + warp * 2 * E;
   float* biased = sc + E;
   const float* z = a.logits + r * a.experts;
   float mx = -INFINITY, den = 0.0f;
@@ -202,6 +197,59 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
     float w = sc[ids[i]];
     if (a.normalize && a.top_k > 1) w = w / (sum + 1e-20f);
     a.weights[r * a.top_k + i] = w * a.routed_scaling;
+  }
+}
+__global__ void __launch_bounds__(kRouterWarps * 32) router_k(RouterArgs a) {
+  DI_PDL_ENTRY();
+  extern __shared__ float router_smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
+  if (r >= a.rows) return;
+  router_row(a, r, router_smem + warp * 2 * a.experts, lane);
+}
+
+// route (few rows): one block routes every row (a warp per row, as router_k), then groups the
+// pairs by expert as moe_permute_k does (an expert's first row: the valid pairs of the experts
+// before it; a pair's row: that plus the earlier pairs of its expert), the choices read back
+// from global memory after the barrier (__ldcg: written by this launch). Shared memory: the
+// warps' 2 x experts floats, then the pairs' ids.
+constexpr int kRouteRows = 32;
+__global__ void __launch_bounds__(kRouteRows * 32) route_k(RouterArgs a, MoePermuteArgs p) {
+  DI_PDL_ENTRY();
+  extern __shared__ float route_smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  for (int64_t r = warp; r < a.rows; r += nw) router_row(a, r, route_smem + warp * 2 * a.experts, lane);
+  __syncthreads();
+  const int64_t pairs = p.n * p.k;
+  const int E = static_cast<int>(p.experts);
+  int* sid = reinterpret_cast<int*>(route_smem + nw * 2 * a.experts);
+  for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) sid[i] = __ldcg(p.ids + i);
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int before = 0, own = 0;
+    for (int64_t i = 0; i < pairs; ++i) {
+      before += sid[i] >= 0 && sid[i] < e;
+      own += sid[i] == e;
+    }
+    p.offsets[e] = before;
+    if (e == E - 1) {
+      p.offsets[E] = before + own;
+      if (p.shared) p.offsets[E + 1] = static_cast<int32_t>(pairs + p.n);
+    }
+  }
+  if (p.shared)
+    for (int64_t t = threadIdx.x; t < p.n; t += blockDim.x) {
+      p.perm_token[pairs + t] = static_cast<int32_t>(t);
+      p.perm_weight[pairs + t] = 1.0f;
+    }
+  for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int id = sid[i];
+    if (id < 0 || id >= E) continue;
+    int j = 0;
+    for (int64_t q = 0; q < pairs; ++q) j += (sid[q] >= 0 && sid[q] < id) || (sid[q] == id && q < i);
+    p.perm_token[j] = static_cast<int32_t>(i / p.k);
+    p.perm_weight[j] = __ldcg(p.weights + i);
+    p.slot_row[i] = j;
   }
 }
 
@@ -266,6 +314,21 @@ void router(const RouterArgs& a, cudaStream_t s) {
     std::abort();
   }
   launch_k(router_k, static_cast<unsigned>(ceil_div(a.rows, kRouterWarps)), kRouterWarps * 32, smem, s, a);
+  DI_CUDA_LAUNCHED();
+}
+void route(const RouterArgs& r, const MoePermuteArgs& p, cudaStream_t s) {
+  if (p.ids != r.ids || p.weights != r.weights || p.n != r.rows || p.k != r.top_k || p.experts != r.experts) {
+    std::fprintf(stderr, "deepinfer: route: the permutation does not take the router's choices\n");
+    std::abort();
+  }
+  // One launch for up to kRouteRows rows (decode); more take the two kernels.
+  const int64_t warps = std::min<int64_t>(kRouteRows, std::max<int64_t>(r.rows, 4));
+  const size_t smem = static_cast<size_t>(warps * 2 * r.experts) * sizeof(float) + static_cast<size_t>(r.rows * r.top_k) * sizeof(int);
+  if (r.rows == 0 || r.rows > kRouteRows || r.experts > 2048 || smem > 48 * 1024 || p.experts == 0) {
+    router(r, s);
+    return moe_permute(p, s);
+  }
+  launch_k(route_k, 1u, static_cast<unsigned>(warps * 32), smem, s, r, p);
   DI_CUDA_LAUNCHED();
 }
 

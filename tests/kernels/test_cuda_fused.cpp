@@ -1,0 +1,165 @@
+// The CUDA backend's fused op pairs (Backend::hc_mixes_collapse, route, moe_combine_expand):
+// each gives bitwise what its two ops give one after the other on the same backend, at the
+// released widths and at row counts that take each launch shape (and the fallbacks).
+#include <gtest/gtest.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda_test_util.h"
+
+using namespace deepinfer;
+using namespace deepinfer::kernels;
+using namespace deepinfer::cuda_test;
+
+namespace {
+
+template <typename T>
+::testing::AssertionResult same(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return ::testing::AssertionFailure() << "element " << i << " differs";
+  return ::testing::AssertionSuccess();
+}
+
+// The mixes of a site and the collapse with another pre, fused and as two ops: rows that take
+// the staged mixes (1-8), 6 mixes per block (9, 40), the chunks (200: the collapse's rows over
+// two z layers of the launch), a runtime stream count (hc 3), and the CPU's results.
+TEST(CudaFused, MixesAndCollapseGiveTheTwoOpsBits) {
+  Backends b;
+  for (const int64_t hc : {int64_t{4}, int64_t{3}}) {
+    const int64_t D = hc == 4 ? 5120 : 256, mix = (2 + hc) * hc;
+    for (const int64_t R : {int64_t{1}, int64_t{2}, int64_t{8}, int64_t{9}, int64_t{40}, int64_t{200}}) {
+      const std::string what = "hc " + std::to_string(hc) + ", " + std::to_string(R) + " rows";
+      auto x = randn(static_cast<size_t>(R * hc * D), 70 + static_cast<uint32_t>(R)), fn = randn(static_cast<size_t>(mix * hc * D), 71, 0.02f),
+           base = randn(static_cast<size_t>(mix), 72, 0.3f), nw = randn(static_cast<size_t>(D), 73, 0.5f),
+           cpre = randn(static_cast<size_t>(R * hc), 74, 0.5f);
+      std::vector<float> scale = {0.9f, 1.1f, 2.0f};
+      Dev<float> dx(x), dfn(fn), dbase(base), dscale(scale), dnw(nw), dcpre(cpre);
+      struct Out {
+        Dev<float> pre, post, comb, y, yn;
+      };
+      auto outs = [&] {
+        return Out{Dev<float>(static_cast<size_t>(R * hc)), Dev<float>(static_cast<size_t>(R * hc)),
+                   Dev<float>(static_cast<size_t>(R * hc * hc)), Dev<float>(static_cast<size_t>(R * D)), Dev<float>(static_cast<size_t>(R * D))};
+      };
+      auto args = [&](Out& o) {
+        return std::pair<HcMixesArgs, HcCollapseArgs>{
+            {.x = dx.p, .fn = dfn.p, .scale = dscale.p, .base = dbase.p, .pre = o.pre.p, .post = o.post.p, .comb = o.comb.p,
+             .rows = R, .hc = hc, .dim = D},
+            {.x = dx.p, .pre = dcpre.p, .y = o.y.p, .rows = R, .hc = hc, .dim = D, .norm_w = dnw.p, .norm_y = o.yn.p,
+             .norm_eps = 1e-6f}};
+      };
+      Out two = outs(), one = outs();
+      const auto [m2, c2] = args(two);
+      b.gpu->hc_mixes(m2);
+      b.gpu->hc_collapse(c2);
+      const auto [m1, c1] = args(one);
+      b.gpu->hc_mixes_collapse(m1, c1);
+      b.gpu->synchronize();
+      EXPECT_TRUE(same(two.pre.get(), one.pre.get())) << "pre, " << what;
+      EXPECT_TRUE(same(two.post.get(), one.post.get())) << "post, " << what;
+      EXPECT_TRUE(same(two.comb.get(), one.comb.get())) << "comb, " << what;
+      EXPECT_TRUE(same(two.y.get(), one.y.get())) << "collapse, " << what;
+      EXPECT_TRUE(same(two.yn.get(), one.yn.get())) << "its norm, " << what;
+      if (R == 9) {  // and the CPU backend's (the default: the two ops)
+        std::vector<float> pre(static_cast<size_t>(R * hc)), post(pre.size()), comb(static_cast<size_t>(R * hc * hc)),
+            y(static_cast<size_t>(R * D)), yn(y.size());
+        b.cpu->hc_mixes_collapse({.x = x.data(), .fn = fn.data(), .scale = scale.data(), .base = base.data(), .pre = pre.data(),
+                                  .post = post.data(), .comb = comb.data(), .rows = R, .hc = hc, .dim = D},
+                                 {.x = x.data(), .pre = cpre.data(), .y = y.data(), .rows = R, .hc = hc, .dim = D,
+                                  .norm_w = nw.data(), .norm_y = yn.data(), .norm_eps = 1e-6f});
+        EXPECT_LT(rel_err(pre, one.pre.get()), 1e-5) << what;
+        EXPECT_LT(rel_err(comb, one.comb.get()), 1e-5) << what;
+        EXPECT_LT(rel_err(yn, one.yn.get()), 1e-5) << what;
+      }
+    }
+  }
+}
+
+// The routing and its permutation, fused (up to 32 rows) and as two ops, with and without the
+// shared expert's rows; 33 and 100 rows take the two kernels inside the op.
+TEST(CudaFused, RouteGivesTheRouterAndPermutationsResults) {
+  Backends b;
+  for (const int64_t E : {int64_t{64}, int64_t{384}})
+    for (const int64_t n : {int64_t{1}, int64_t{5}, int64_t{32}, int64_t{33}, int64_t{100}})
+      for (const bool shared : {true, false}) {
+        const std::string what = std::to_string(E) + " experts, " + std::to_string(n) + " rows, shared " + std::to_string(shared);
+        const int64_t K = 6, R = n * K, rows = R + (shared ? n : 0);
+        auto z = randn(static_cast<size_t>(n * E), 80 + static_cast<uint32_t>(n)), bias = randn(static_cast<size_t>(E), 81, 0.1f);
+        Dev<float> dz(z), dbias(bias);
+        struct Out {
+          Dev<int32_t> ids, off, tok, slot;
+          Dev<float> w, pw;
+        };
+        auto outs = [&] {  // the same fill, so entries an op leaves alone compare equal too
+          return Out{Dev<int32_t>(std::vector<int32_t>(static_cast<size_t>(R), -3)), Dev<int32_t>(std::vector<int32_t>(static_cast<size_t>(E + 2), -3)),
+                     Dev<int32_t>(std::vector<int32_t>(static_cast<size_t>(rows), -3)), Dev<int32_t>(std::vector<int32_t>(static_cast<size_t>(R), -3)),
+                     Dev<float>(std::vector<float>(static_cast<size_t>(R), -3.0f)), Dev<float>(std::vector<float>(static_cast<size_t>(rows), -3.0f))};
+        };
+        auto args = [&](Out& o) {
+          return std::pair<RouterArgs, MoePermuteArgs>{
+              {.logits = dz.p, .bias = dbias.p, .ids = o.ids.p, .weights = o.w.p, .rows = n, .experts = E, .top_k = K, .temp = 1.3f,
+               .routed_scaling = 1.5f, .normalize = true},
+              {.ids = o.ids.p, .weights = o.w.p, .offsets = o.off.p, .perm_token = o.tok.p, .perm_weight = o.pw.p, .slot_row = o.slot.p,
+               .n = n, .k = K, .experts = E, .shared = shared}};
+        };
+        Out two = outs(), one = outs();
+        const auto [r2, p2] = args(two);
+        b.gpu->router(r2);
+        b.gpu->moe_permute(p2);
+        const auto [r1, p1] = args(one);
+        b.gpu->route(r1, p1);
+        b.gpu->synchronize();
+        EXPECT_TRUE(same(two.ids.get(), one.ids.get())) << "ids, " << what;
+        EXPECT_TRUE(same(two.w.get(), one.w.get())) << "weights, " << what;
+        EXPECT_TRUE(same(two.off.get(), one.off.get())) << "offsets, " << what;
+        EXPECT_TRUE(same(two.tok.get(), one.tok.get())) << "tokens, " << what;
+        EXPECT_TRUE(same(two.pw.get(), one.pw.get())) << "permuted weights, " << what;
+        EXPECT_TRUE(same(two.slot.get(), one.slot.get())) << "slot rows, " << what;
+        const auto off = one.off.get();
+        EXPECT_EQ(off[static_cast<size_t>(E)], R) << what;  // every pair placed
+      }
+}
+
+// The MoE combine and the expand of its output, fused and as two ops (hc 4 and a runtime 3).
+TEST(CudaFused, CombineAndExpandGiveTheTwoOpsBits) {
+  Backends b;
+  for (const int64_t hc : {int64_t{4}, int64_t{3}})
+    for (const int64_t n : {int64_t{1}, int64_t{8}, int64_t{40}}) {
+      const std::string what = "hc " + std::to_string(hc) + ", " + std::to_string(n) + " rows";
+      const int64_t K = 6, D = 5120, E = 64;
+      std::mt19937 g(static_cast<uint32_t>(90 + n));
+      std::vector<int32_t> ids(static_cast<size_t>(n * K)), slot_row(ids.size()), experts(static_cast<size_t>(E));
+      std::iota(experts.begin(), experts.end(), 0);
+      for (int64_t t = 0; t < n; ++t) {
+        std::shuffle(experts.begin(), experts.end(), g);
+        std::copy(experts.begin(), experts.begin() + K, ids.begin() + t * K);
+      }
+      std::iota(slot_row.begin(), slot_row.end(), 0);
+      std::shuffle(slot_row.begin(), slot_row.end(), g);
+      auto eo = randn(static_cast<size_t>(n * K * D), 91), sh = randn(static_cast<size_t>(n * D), 92),
+           x = randn(static_cast<size_t>(n * hc * D), 93), post = randn(static_cast<size_t>(n * hc), 94),
+           comb = randn(static_cast<size_t>(n * hc * hc), 95, 0.5f);
+      Dev<float> deo(eo), dsh(sh), dpost(post), dcomb(comb), x2(x), x1(x), y2(static_cast<size_t>(n * D)), y1(y2.n);
+      Dev<int32_t> dids(ids), dslot(slot_row);
+      const MoeCombineArgs c{.expert_out = deo.p, .slot_row = dslot.p, .ids = dids.p, .shared = dsh.p, .n = n, .k = K, .dim = D};
+      MoeCombineArgs c2 = c, c1 = c;
+      c2.y = y2.p;
+      c1.y = y1.p;
+      b.gpu->moe_combine(c2);
+      b.gpu->hc_expand({.x = x2.p, .y = y2.p, .post = dpost.p, .comb = dcomb.p, .rows = n, .hc = hc, .dim = D});
+      b.gpu->moe_combine_expand(c1, {.x = x1.p, .y = y1.p, .post = dpost.p, .comb = dcomb.p, .rows = n, .hc = hc, .dim = D});
+      b.gpu->synchronize();
+      EXPECT_TRUE(same(y2.get(), y1.get())) << "combine, " << what;
+      EXPECT_TRUE(same(x2.get(), x1.get())) << "streams, " << what;
+    }
+}
+
+}  // namespace
