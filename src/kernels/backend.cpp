@@ -48,6 +48,17 @@ void Backend::moe_combine_expand(const MoeCombineArgs& c, const HcExpandArgs& e)
   hc_expand(e);
 }
 
+void Backend::norm_rope_quant(const OpBatch<NormRopeQuantArgs>& b) {
+  for (int64_t i = 0; i < b.n; ++i) {
+    const NormRopeQuantArgs& a = b.items[i];
+    rms_norm({.x = a.x, .w = a.w, .y = a.x, .rows = a.rows, .dim = a.dim, .eps = a.eps});
+    if (a.rope_dim > 0)
+      rope({.x = a.x, .cos = a.cos, .sin = a.sin, .rows = a.rows, .heads = 1, .head_dim = a.dim, .rope_dim = a.rope_dim});
+    if (a.block > 0)
+      fake_quant({.x = a.x, .rows = a.rows, .dim = a.dim, .block = a.block, .kind = a.kind, .codes = a.codes, .scales = a.scales});
+  }
+}
+
 void Backend::indexer_scores_batch(const OpBatch<IndexerScoreArgs>& b) {
   for (int64_t i = 0; i < b.n; ++i) indexer_scores(b.items[i]);
 }

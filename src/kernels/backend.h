@@ -111,6 +111,21 @@ struct FakeQuantArgs {
   uint8_t* scales = nullptr;  // [rows, dim/block]: ue8m0 (kFp8Pow2, kFp4Pow2) or e4m3 (kFp4E4m3)
 };
 
+// x <- RMSNorm(x) (weight w, eps), then, with rope_dim > 0, RoPE on each row's last rope_dim
+// channels (one head: rope with heads 1, head_dim dim), then, with block > 0, the fake
+// quantisation (kind, block, codes, scales as FakeQuantArgs): those ops' results, in place.
+struct NormRopeQuantArgs {
+  float* x = nullptr;          // [rows, dim] fp32
+  const float* w = nullptr;    // [dim] fp32 or null
+  const float* cos = nullptr;  // [rows, rope_dim/2] fp32 (rope_dim > 0)
+  const float* sin = nullptr;  // [rows, rope_dim/2] fp32
+  uint8_t* codes = nullptr;    // as FakeQuantArgs (may be null)
+  uint8_t* scales = nullptr;
+  int64_t rows = 0, dim = 0, rope_dim = 0, block = 0;
+  float eps = 1e-20f;
+  FakeQuant kind = FakeQuant::kFp8Pow2;
+};
+
 // Values of rows stored by FakeQuantArgs.codes/scales (exact): out [rows, dim] fp32.
 void dequant_fake_quant(FakeQuant kind, const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t dim,
                         int64_t block, float* out);
@@ -475,6 +490,9 @@ class Backend {
   virtual void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c);
   virtual void route(const RouterArgs& r, const MoePermuteArgs& p);
   virtual void moe_combine_expand(const MoeCombineArgs& c, const HcExpandArgs& e);
+  // Each item's norm, RoPE and fake quantisation (default: rms_norm, rope, fake_quant per item;
+  // a device backend may run every item in one launch, with the same bits).
+  virtual void norm_rope_quant(const OpBatch<NormRopeQuantArgs>& b);
   // The indexer's ops over several sequences at once (default: one call per item).
   virtual void indexer_scores_batch(const OpBatch<IndexerScoreArgs>& b);
   virtual void candidate_blocks_batch(const OpBatch<CandidateBlocksArgs>& b);

@@ -404,16 +404,19 @@ void DeepseekV41::attention_in(int64_t l, Scratch& s, int64_t n) {
   if (kv_src && ratio > 1) of_xn.emplace_back(&A.c_wgate, s.cgate.data());
   if (idx_src) of_xn.emplace_back(&A.i_weights_proj, s.iw.data());
   linears(xn, n, of_xn);
-  rms(qr.data(), A.q_norm, qr.data(), n, c.q_lora_rank);
+  // The low rank's norm, and the window K=V's norm, RoPE and FP8 rounding, as one op.
+  const bool packed = hd % 32 == 0;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const kernels::NormRopeQuantArgs finish[] = {
+      {.x = qr.data(), .w = A.q_norm, .rows = n, .dim = c.q_lora_rank, .eps = eps},
+      {.x = s.kv.data(), .w = A.kv_norm, .cos = cs, .sin = sn, .codes = packed ? s.kv_codes.data() : nullptr,
+       .scales = packed ? s.kv_scales.data() : nullptr, .rows = n, .dim = hd, .rope_dim = c.qk_rope_head_dim, .block = 32,
+       .eps = eps, .kind = FakeQuant::kFp8Pow2}};
+  be_.norm_rope_quant({.items = finish, .n = 2});
   // The queries and the indexer's queries (index sources) from the normalised low rank.
   if (idx_src) linears(qr.data(), n, {{&A.wq_b, s.q.data()}, {&A.i_wq_b, s.iq.data()}});
   else linear(qr.data(), n, A.wq_b, s.q.data());
   rope_rows(s.q.data(), n, H, hd, cs, sn, false);
-  rms(s.kv.data(), A.kv_norm, s.kv.data(), n, hd);
-  rope_rows(s.kv.data(), n, 1, hd, cs, sn, false);
-  const bool packed = hd % 32 == 0;
-  be_.fake_quant({.x = s.kv.data(), .rows = n, .dim = hd, .block = 32, .kind = FakeQuant::kFp8Pow2,
-                  .codes = packed ? s.kv_codes.data() : nullptr, .scales = packed ? s.kv_scales.data() : nullptr});
   // Indexer queries and head weights (index sources); the compressor's projections (KV
   // sources) are sliced per sequence by the attention.
   if (idx_src) {

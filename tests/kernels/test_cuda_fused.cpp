@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -17,6 +18,7 @@
 using namespace deepinfer;
 using namespace deepinfer::kernels;
 using namespace deepinfer::cuda_test;
+using deepinfer::kernels::FakeQuant;
 
 namespace {
 
@@ -163,3 +165,68 @@ TEST(CudaFused, CombineAndExpandGiveTheTwoOpsBits) {
 }
 
 }  // namespace
+
+// Items of norm, RoPE and fake quantisation in one launch, against rms_norm, rope and fake_quant
+// one after the other: the low rank's norm alone, the window KV (FP8, codes and scales), an FP4
+// item with pow2 scales and one with e4m3 scales in blocks of 16, and an item that does not fit
+// the launch (dim 6: the three ops inside the op).
+TEST(CudaFused, NormRopeQuantGivesTheThreeOpsBits) {
+  Backends b;
+  struct Item {
+    int64_t dim, rope, block;
+    FakeQuant kind;
+  };
+  const Item shapes[] = {{1280, 0, 0, FakeQuant::kFp8Pow2},
+                         {512, 64, 32, FakeQuant::kFp8Pow2},
+                         {128, 64, 32, FakeQuant::kFp4Pow2},
+                         {64, 16, 16, FakeQuant::kFp4E4m3},
+                         {6, 2, 0, FakeQuant::kFp8Pow2}};
+  for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{300}}) {
+    std::vector<NormRopeQuantArgs> one, two;
+    std::vector<std::unique_ptr<Dev<float>>> keep;
+    std::vector<std::unique_ptr<Dev<uint8_t>>> keep8;
+    std::vector<std::pair<Dev<float>*, Dev<float>*>> xs;
+    std::vector<std::pair<Dev<uint8_t>*, Dev<uint8_t>*>> bytes;
+    uint32_t seed = 100;
+    for (const Item& it : shapes) {
+      auto x = randn(static_cast<size_t>(rows * it.dim), seed++, 3.0f), w = randn(static_cast<size_t>(it.dim), seed++, 0.5f),
+           cs = randn(static_cast<size_t>(rows * std::max<int64_t>(it.rope / 2, 1)), seed++), sn = randn(cs.size(), seed++);
+      auto* w_d = keep.emplace_back(std::make_unique<Dev<float>>(w)).get();
+      auto* cs_d = keep.emplace_back(std::make_unique<Dev<float>>(cs)).get();
+      auto* sn_d = keep.emplace_back(std::make_unique<Dev<float>>(sn)).get();
+      auto* x1 = keep.emplace_back(std::make_unique<Dev<float>>(x)).get();
+      auto* x2 = keep.emplace_back(std::make_unique<Dev<float>>(x)).get();
+      xs.push_back({x1, x2});
+      const bool fp8 = it.kind == FakeQuant::kFp8Pow2;
+      const size_t nc = it.block ? static_cast<size_t>(rows * it.dim / (fp8 ? 1 : 2)) : 0,
+                   ns = it.block ? static_cast<size_t>(rows * it.dim / it.block) : 0;
+      Dev<uint8_t>* c[2] = {nullptr, nullptr};
+      Dev<uint8_t>* sc[2] = {nullptr, nullptr};
+      for (int k = 0; k < 2 && it.block; ++k) {
+        c[k] = keep8.emplace_back(std::make_unique<Dev<uint8_t>>(std::vector<uint8_t>(nc, 0xEE))).get();
+        sc[k] = keep8.emplace_back(std::make_unique<Dev<uint8_t>>(std::vector<uint8_t>(ns, 0xEE))).get();
+        bytes.push_back({c[k], sc[k]});
+      }
+      for (int k = 0; k < 2; ++k)
+        (k == 0 ? one : two)
+            .push_back({.x = (k == 0 ? x1 : x2)->p, .w = w_d->p, .cos = cs_d->p, .sin = sn_d->p, .codes = c[k] ? c[k]->p : nullptr,
+                        .scales = sc[k] ? sc[k]->p : nullptr, .rows = rows, .dim = it.dim, .rope_dim = it.rope, .block = it.block,
+                        .eps = 1e-6f, .kind = it.kind});
+    }
+    b.gpu->norm_rope_quant({.items = one.data(), .n = static_cast<int64_t>(one.size())});
+    for (const NormRopeQuantArgs& a : two) {
+      b.gpu->rms_norm({.x = a.x, .w = a.w, .y = a.x, .rows = a.rows, .dim = a.dim, .eps = a.eps});
+      if (a.rope_dim)
+        b.gpu->rope({.x = a.x, .cos = a.cos, .sin = a.sin, .rows = a.rows, .heads = 1, .head_dim = a.dim, .rope_dim = a.rope_dim});
+      if (a.block)
+        b.gpu->fake_quant({.x = a.x, .rows = a.rows, .dim = a.dim, .block = a.block, .kind = a.kind, .codes = a.codes, .scales = a.scales});
+    }
+    b.gpu->synchronize();
+    for (size_t i = 0; i < xs.size(); ++i)
+      EXPECT_TRUE(same(xs[i].first->get(), xs[i].second->get())) << "item " << i << ", " << rows << " rows";
+    for (size_t i = 0; i + 1 < bytes.size(); i += 2) {
+      EXPECT_TRUE(same(bytes[i].first->get(), bytes[i + 1].first->get())) << "codes " << i / 2 << ", " << rows << " rows";
+      EXPECT_TRUE(same(bytes[i].second->get(), bytes[i + 1].second->get())) << "scales " << i / 2 << ", " << rows << " rows";
+    }
+  }
+}

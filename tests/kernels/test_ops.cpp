@@ -420,3 +420,27 @@ TEST(Ops, FusedPairsAreTheirTwoOps) {
   EXPECT_DEATH(be->hc_mixes_collapse(m, {.x = x0.data(), .pre = pre.data(), .y = xc.data(), .rows = n, .hc = hc, .dim = D}),
                "hc_mixes_collapse: the collapse reads the pre the mixes write");
 }
+
+// norm_rope_quant's default: per item rms_norm, rope (one head, the last rope_dim channels),
+// fake_quant (codes and scales as fake_quant writes them).
+TEST(Ops, NormRopeQuantIsTheThreeOps) {
+  auto be = kernels::make_cpu_backend(1);
+  const int64_t rows = 3, dim = 64, rope = 16;
+  const auto x0 = randn(rows * dim, 41, 2.0f), w = randn(dim, 42), cs = randn(rows * rope / 2, 43), sn = randn(rows * rope / 2, 44);
+  std::vector<float> x = x0, x1 = x0, q = randn(rows * 8, 45), q1 = q;
+  std::vector<uint8_t> codes(rows * dim), scales(rows * dim / 32), codes1 = codes, scales1 = scales;
+  const kernels::NormRopeQuantArgs items[] = {
+      {.x = x.data(), .w = w.data(), .cos = cs.data(), .sin = sn.data(), .codes = codes.data(), .scales = scales.data(),
+       .rows = rows, .dim = dim, .rope_dim = rope, .block = 32, .eps = 1e-6f},
+      {.x = q.data(), .rows = rows, .dim = 8, .eps = 1e-6f}};
+  be->norm_rope_quant({.items = items, .n = 2});
+  be->rms_norm({.x = x1.data(), .w = w.data(), .y = x1.data(), .rows = rows, .dim = dim, .eps = 1e-6f});
+  be->rope({.x = x1.data(), .cos = cs.data(), .sin = sn.data(), .rows = rows, .heads = 1, .head_dim = dim, .rope_dim = rope});
+  be->fake_quant({.x = x1.data(), .rows = rows, .dim = dim, .block = 32, .codes = codes1.data(), .scales = scales1.data()});
+  be->rms_norm({.x = q1.data(), .y = q1.data(), .rows = rows, .dim = 8, .eps = 1e-6f});
+  EXPECT_EQ(x, x1);
+  EXPECT_EQ(codes, codes1);
+  EXPECT_EQ(scales, scales1);
+  EXPECT_EQ(q, q1);
+  EXPECT_NE(x, x0);
+}

@@ -292,8 +292,8 @@ class CudaBackend final : public Backend {
     cuda::hc_mixes(a, part, gemm_counters_, stream_);
     release(part);
   }
-  // The fused pairs (one launch each where the shapes allow; DEEPINFER_CUDA_FUSED=0: the two
-  // ops, for comparisons).
+  // The fused ops (one launch each where the shapes allow; DEEPINFER_CUDA_FUSED=0: the ops they
+  // stand for, for comparisons).
   static bool fused() {
     static const bool on = [] {
       const char* e = std::getenv("DEEPINFER_CUDA_FUSED");
@@ -315,6 +315,10 @@ class CudaBackend final : public Backend {
   void route(const RouterArgs& r, const MoePermuteArgs& p) override {
     if (!fused()) return Backend::route(r, p);
     cuda::route(r, p, stream_);
+  }
+  void norm_rope_quant(const OpBatch<NormRopeQuantArgs>& b) override {
+    if (!fused()) return Backend::norm_rope_quant(b);
+    cuda::norm_rope_quant(b.items, b.n, stream_);
   }
   void moe_combine_expand(const MoeCombineArgs& c, const HcExpandArgs& e) override {
     if (!fused()) return Backend::moe_combine_expand(c, e);

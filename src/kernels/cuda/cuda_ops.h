@@ -25,6 +25,9 @@ void fake_quant(const FakeQuantArgs& a, cudaStream_t s);
 void hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s);
 int64_t hc_mixes_scratch(int64_t rows);
 void hc_collapse(const HcCollapseArgs& a, cudaStream_t s);
+// Every item's norm, RoPE and fake quantisation: the items that fit in one launch (a block per
+// row), the others as rms_norm, rope and fake_quant.
+void norm_rope_quant(const NormRopeQuantArgs* items, int64_t n, cudaStream_t s);
 // Both in one launch (the collapse's rows in blocks of the mixes' launch) where the collapse
 // takes its fused norm kernel, else hc_mixes then hc_collapse; part and counters as hc_mixes'.
 void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c, float* part, int* counters, cudaStream_t s);

@@ -31,21 +31,28 @@ constexpr int kNormCache = 8, kNormThreads = 256;
 // The norm of a row held this way (v: its chunks, zero past its end; g: the weights', used when
 // has_w) into yr: the sum of squares, the block reduction and the scaling that every float4
 // RMSNorm shares (rms_norm_v4_k, hc_collapse_norm_k), so their bits agree.
-__device__ __forceinline__ void rms_norm_held(const float4 (&v)[kNormCache], const float4 (&g)[kNormCache], bool has_w, int64_t dim,
-                                              float eps, float4* yr) {
-  const int64_t n4 = dim / 4;
+// (rms_inv: the reciprocal RMS, the whole block; rms_scaled: one chunk normalised.)
+__device__ __forceinline__ float rms_inv(const float4 (&v)[kNormCache], int64_t dim, float eps) {
   float ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < kNormCache; ++j) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
   ss = block_sum(ss);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  return 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+}
+__device__ __forceinline__ float4 rms_scaled(float4 v, float4 g, bool has_w, float inv) {
+  float4 o = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+  if (has_w) o = make_float4(g.x * o.x, g.y * o.y, g.z * o.z, g.w * o.w);
+  return o;
+}
+__device__ __forceinline__ void rms_norm_held(const float4 (&v)[kNormCache], const float4 (&g)[kNormCache], bool has_w, int64_t dim,
+                                              float eps, float4* yr) {
+  const int64_t n4 = dim / 4;
+  const float inv = rms_inv(v, dim, eps);
 #pragma unroll
   for (int j = 0; j < kNormCache; ++j) {
     const int64_t i = threadIdx.x + j * kNormThreads;
     if (i >= n4) break;
-    float4 o = make_float4(v[j].x * inv, v[j].y * inv, v[j].z * inv, v[j].w * inv);
-    if (has_w) o = make_float4(g[j].x * o.x, g[j].y * o.y, g[j].z * o.z, g[j].w * o.w);
-    yr[i] = o;
+    yr[i] = rms_scaled(v[j], g[j], has_w, inv);
   }
 }
 __global__ void __launch_bounds__(kNormThreads) rms_norm_v4_k(const float* x, const float* w, float* y, int64_t dim, float eps) {
@@ -62,6 +69,13 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_v4_k(const float* x, co
   rms_norm_held(v, g, w != nullptr, dim, eps, reinterpret_cast<float4*>(y + r * dim));
 }
 
+// One interleaved pair (e, o) rotated by (c, s): rounded products and sums, never contracted (the
+// CPU's arithmetic; rope_k and norm_rope_quant_k share it).
+__device__ __forceinline__ void rope_pair(float& e, float& o, float c, float s) {
+  const float e0 = e, o0 = o;
+  e = __fsub_rn(__fmul_rn(e0, c), __fmul_rn(o0, s));
+  o = __fadd_rn(__fmul_rn(e0, s), __fmul_rn(o0, c));
+}
 __global__ void rope_k(float* x, const float* cs, const float* sn, int64_t rows, int64_t heads, int64_t head_dim,
                        int64_t rope_dim, bool inverse) {
   DI_PDL_ENTRY();
@@ -71,9 +85,10 @@ __global__ void rope_k(float* x, const float* cs, const float* sn, int64_t rows,
   const int64_t p = i % half, h = (i / half) % heads, r = i / (half * heads);
   float* v = x + (r * heads + h) * head_dim + (head_dim - rope_dim);
   const float c = cs[r * half + p], s = inverse ? -sn[r * half + p] : sn[r * half + p];
-  const float e = v[2 * p], o = v[2 * p + 1];
-  v[2 * p] = e * c - o * s;
-  v[2 * p + 1] = e * s + o * c;
+  float e = v[2 * p], o = v[2 * p + 1];
+  rope_pair(e, o, c, s);
+  v[2 * p] = e;
+  v[2 * p + 1] = o;
 }
 
 __global__ void swiglu_k(const float* g, const float* u, const float* w, float* out, int64_t rows, int64_t inter, float lim) {
@@ -146,6 +161,26 @@ __global__ void fake_quant_k(float* x, int64_t blocks, int64_t block, int kind, 
 // lanes (16 or 32: whole blocks per warp); the block's absolute maximum by a shuffle tree (max
 // is exact in any order; NaN ignored as the serial loop from 0 does), so the values, codes
 // and scales are fake_quant_k's bit for bit.
+// A block's scale from its amax (kind: FakeQuant's order: FP8 with a pow2 scale, FP4 with a pow2
+// or an e4m3 scale) and the scale's stored code; a value rounded at scale s (its code: e4m3, or
+// e2m1) and the value the code stands for. fake_quant_lanes_k and norm_rope_quant_k share them.
+__device__ __forceinline__ float fq_scale(int kind, float amax, uint8_t* code) {
+  if (kind == 0 || kind == 1) {
+    const float s = kind == 0 ? d_pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f)) : d_pow2_ceil(fmaxf(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f));
+    *code = static_cast<uint8_t>(ilogbf(s) + 127);
+    return s;
+  }
+  *code = d_f32_to_e4m3(fmaxf(amax, 6.0f * 0x1p-9f) / 6.0f);
+  return d_e4m3_to_f32(*code);
+}
+__device__ __forceinline__ float fq_value(int kind, float v, float s, uint8_t* code) {
+  if (kind == 0) {
+    *code = d_f32_to_e4m3(fminf(fmaxf(v / s, -448.0f), 448.0f));
+    return d_e4m3_to_f32(*code) * s;
+  }
+  *code = d_f32_to_e2m1(fminf(fmaxf(v / s, -6.0f), 6.0f));
+  return d_e2m1_to_f32(*code) * s;
+}
 __global__ void fake_quant_lanes_k(float* x, int64_t n, int block, int kind, uint8_t* codes, uint8_t* scales) {
   DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -153,32 +188,72 @@ __global__ void fake_quant_lanes_k(float* x, int64_t n, int block, int kind, uin
   const float v = in ? x[i] : 0.0f;
   float amax = fmaxf(0.0f, fabsf(v));
   for (int o = block / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const int64_t b = i / block;
-  const bool first = in && i % block == 0;
-  if (kind == 0) {  // FP8, pow2 scale
-    const float s = d_pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
-    if (!in) return;
-    if (scales && first) scales[b] = static_cast<uint8_t>(ilogbf(s) + 127);
-    const uint8_t c = d_f32_to_e4m3(fminf(fmaxf(v / s, -448.0f), 448.0f));
-    x[i] = d_e4m3_to_f32(c) * s;
-    if (codes) codes[i] = c;
-    return;
-  }
-  float s;
-  uint8_t sc;
-  if (kind == 1) {  // FP4, pow2 scale
-    s = d_pow2_ceil(fmaxf(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f));
-    sc = static_cast<uint8_t>(ilogbf(s) + 127);
-  } else {  // FP4, e4m3 scale
-    sc = d_f32_to_e4m3(fmaxf(amax, 6.0f * 0x1p-9f) / 6.0f);
-    s = d_e4m3_to_f32(sc);
-  }
-  const uint8_t c = d_f32_to_e2m1(fminf(fmaxf(v / s, -6.0f), 6.0f));
-  const unsigned hi = __shfl_down_sync(0xffffffffu, static_cast<unsigned>(c), 1);  // the odd neighbour's code
+  uint8_t sc, c;
+  const float s = fq_scale(kind, amax, &sc), q = fq_value(kind, v, s, &c);
+  // FP4: the odd neighbour's code, packed with the even one's.
+  const unsigned hi = kind == 0 ? 0u : __shfl_down_sync(0xffffffffu, static_cast<unsigned>(c), 1);
   if (!in) return;
-  if (scales && first) scales[b] = sc;
-  x[i] = d_e2m1_to_f32(c) * s;
-  if (codes && i % 2 == 0) codes[i / 2] = static_cast<uint8_t>(c | (hi << 4));
+  if (scales && i % block == 0) scales[i / block] = sc;
+  x[i] = q;
+  if (codes && kind == 0) codes[i] = c;
+  if (codes && kind != 0 && i % 2 == 0) codes[i / 2] = static_cast<uint8_t>(c | (hi << 4));
+}
+
+// norm_rope_quant: a block per (item, row), rms_norm_v4_k's chunks (rms_inv / rms_scaled, so the
+// norm's bits), then RoPE on the pairs of the row's last rope_dim channels (each pair inside one
+// thread's float4: rope_dim and dim - rope_dim multiples of 4; rope_pair), then the fake
+// quantisation of each block of `block` channels (block / 4 neighbouring lanes: its amax by
+// shuffles, exact whatever the order; fq_scale / fq_value, fake_quant_lanes_k's rounding).
+constexpr int kNrqItems = 4;
+struct NrqBatch {
+  NormRopeQuantArgs items[kNrqItems];
+  int64_t row0[kNrqItems + 1];  // the items' first blocks
+  int n;
+};
+__global__ void __launch_bounds__(kNormThreads) norm_rope_quant_k(NrqBatch b) {
+  DI_PDL_ENTRY();
+  int it = 0;
+  while (it + 1 < b.n && static_cast<int64_t>(blockIdx.x) >= b.row0[it + 1]) ++it;
+  const NormRopeQuantArgs& a = b.items[it];
+  const int64_t r = blockIdx.x - b.row0[it], dim = a.dim, n4 = dim / 4, half = a.rope_dim / 2, rope0 = dim - a.rope_dim;
+  float4* xr = reinterpret_cast<float4*>(a.x + r * dim);
+  float4 v[kNormCache], g[kNormCache];
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) {
+    const int64_t i = threadIdx.x + j * kNormThreads;
+    v[j] = i < n4 ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    g[j] = a.w && i < n4 ? reinterpret_cast<const float4*>(a.w)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  const float inv = rms_inv(v, dim, a.eps);
+  const int kind = static_cast<int>(a.kind), lanes = static_cast<int>(a.block / 4);
+#pragma unroll
+  for (int j = 0; j < kNormCache; ++j) {
+    if (j * kNormThreads >= n4) break;  // the same for the whole block
+    const int64_t i = threadIdx.x + j * kNormThreads;
+    const bool in = i < n4;
+    float4 o = in ? rms_scaled(v[j], g[j], a.w != nullptr, inv) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (in && half > 0 && 4 * i >= rope0) {
+      const int64_t p = (4 * i - rope0) / 2;  // the chunk's first pair
+      const float* cs = a.cos + r * half + p;
+      const float* sn = a.sin + r * half + p;
+      rope_pair(o.x, o.y, cs[0], sn[0]);
+      rope_pair(o.z, o.w, cs[1], sn[1]);
+    }
+    if (lanes > 0) {
+      float amax = fmaxf(fmaxf(fmaxf(fmaxf(0.0f, fabsf(o.x)), fabsf(o.y)), fabsf(o.z)), fabsf(o.w));
+      for (int d = lanes / 2; d > 0; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+      uint8_t sc, c[4];
+      const float s = fq_scale(kind, amax, &sc);
+      o = make_float4(fq_value(kind, o.x, s, &c[0]), fq_value(kind, o.y, s, &c[1]), fq_value(kind, o.z, s, &c[2]),
+                      fq_value(kind, o.w, s, &c[3]));
+      const int64_t e = r * dim + 4 * i;  // the chunk's first element in the item
+      if (in && a.scales && (4 * i) % a.block == 0) a.scales[e / a.block] = sc;
+      if (in && a.codes && kind == 0) *reinterpret_cast<uchar4*>(a.codes + e) = make_uchar4(c[0], c[1], c[2], c[3]);
+      if (in && a.codes && kind != 0) *reinterpret_cast<uchar2*>(a.codes + e / 2) =
+          make_uchar2(static_cast<unsigned char>(c[0] | (c[1] << 4)), static_cast<unsigned char>(c[2] | (c[3] << 4)));
+    }
+    if (in) xr[i] = o;
+  }
 }
 
 __global__ void dequant_k(WeightView w, int64_t row0, int64_t n, float* out) {
@@ -537,6 +612,41 @@ void compress_pool(const CompressPoolArgs& a, cudaStream_t s) {
   if (a.groups * a.dim == 0) return;
   launch_k(compress_pool_k, grid(a.groups * a.dim), kThreads, 0, s, a.kv, a.gate, a.out, a.groups, a.ratio, a.dim);
   DI_CUDA_LAUNCHED();
+}
+// Whether an item takes norm_rope_quant_k: where rms_norm, rope and fake_quant would take
+// rms_norm_v4_k, rope_k and fake_quant_lanes_k (so its bits are theirs).
+static bool nrq_fits(const NormRopeQuantArgs& a) {
+  using detail::aligned16;
+  return a.dim % 4 == 0 && a.dim <= 4 * kNormCache * kNormThreads && aligned16(a.x) && (!a.w || aligned16(a.w)) &&
+         a.rope_dim >= 0 && a.rope_dim % 4 == 0 && a.rope_dim <= a.dim &&
+         (a.block == 0 || ((a.block == 16 || a.block == 32) && a.dim % a.block == 0)) &&
+         (!a.codes || reinterpret_cast<uintptr_t>(a.codes) % 4 == 0);
+}
+void norm_rope_quant(const NormRopeQuantArgs* items, int64_t n, cudaStream_t s) {
+  NrqBatch b{};
+  auto flush = [&] {
+    if (b.n == 0) return;
+    launch_k(norm_rope_quant_k, static_cast<unsigned>(b.row0[b.n]), kNormThreads, 0, s, b);
+    DI_CUDA_LAUNCHED();
+    b = NrqBatch{};
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const NormRopeQuantArgs& a = items[i];
+    if (a.rows <= 0 || a.dim <= 0) continue;
+    if (!nrq_fits(a)) {  // the three ops
+      rms_norm({.x = a.x, .w = a.w, .y = a.x, .rows = a.rows, .dim = a.dim, .eps = a.eps}, s);
+      if (a.rope_dim > 0)
+        rope({.x = a.x, .cos = a.cos, .sin = a.sin, .rows = a.rows, .heads = 1, .head_dim = a.dim, .rope_dim = a.rope_dim}, s);
+      if (a.block > 0)
+        fake_quant({.x = a.x, .rows = a.rows, .dim = a.dim, .block = a.block, .kind = a.kind, .codes = a.codes, .scales = a.scales}, s);
+      continue;
+    }
+    if (b.n == kNrqItems) flush();
+    b.items[b.n] = a;
+    b.row0[b.n + 1] = b.row0[b.n] + a.rows;
+    ++b.n;
+  }
+  flush();
 }
 void fake_quant(const FakeQuantArgs& a, cudaStream_t s) {
   if (a.block <= 0 || a.dim % a.block != 0 || a.rows == 0) return;
