@@ -484,9 +484,7 @@ class Backend {
   // Fused pairs of ops (default: the two calls, in this order; a device backend may run them as
   // one launch, with the same bits):
   // - an mHC site's mixes and its collapse, which uses the previous site's pre (c.pre is not
-  //   m.pre: neither reads what the other writes). A device backend may finish the mixes
-  //   beside the ops that follow, up to the next hc_* op, engram_gate or moe_combine_expand (or
-  //   a synchronisation): those ops must not read m.pre, m.post or m.comb, nor write m.x;
+  //   m.pre: neither reads what the other writes);
   // - the router and the permutation of its choices (p.ids / p.weights are r.ids / r.weights);
   // - the MoE combine and the expand of its output (e.y is c.y, which is written too).
   virtual void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c);

@@ -50,13 +50,6 @@ class CudaBackend final : public Backend {
     // The split products' tile counters (each launch leaves them zeroed).
     DI_CUDA_CHECK(cudaMalloc(&gemm_counters_, cuda::kGemmCounters * sizeof(int)));
     DI_CUDA_CHECK(cudaMemsetAsync(gemm_counters_, 0, cuda::kGemmCounters * sizeof(int), stream_));  // before any op
-    // The second stream of hc_mixes_collapse, its own counters and partial sums.
-    DI_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-    DI_CUDA_CHECK(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming));
-    DI_CUDA_CHECK(cudaEventCreateWithFlags(&join_ev_, cudaEventDisableTiming));
-    DI_CUDA_CHECK(cudaMalloc(&side_counters_, kSideCounters * sizeof(int)));
-    DI_CUDA_CHECK(cudaMemsetAsync(side_counters_, 0, kSideCounters * sizeof(int), stream_));
-    DI_CUDA_CHECK(cudaMalloc(&side_part_, static_cast<size_t>(cuda::hc_mixes_scratch(kSideRows)) * sizeof(float)));
     // Keep freed pool memory cached instead of returning it to the driver at every sync.
     cudaMemPool_t pool = nullptr;
     DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
@@ -64,7 +57,6 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   }
   ~CudaBackend() override {
-    cudaStreamSynchronize(side_);
     cudaStreamSynchronize(stream_);
     for (auto& [w, t] : tables_) release(t.dev);
     for (size_t i = 0; i < pools_.size(); ++i)
@@ -72,11 +64,6 @@ class CudaBackend final : public Backend {
     cudaFree(blas_ws_);
     cudaFree(blas_tc_ws_);
     cudaFree(gemm_counters_);
-    cudaFree(side_counters_);
-    cudaFree(side_part_);
-    cudaEventDestroy(fork_ev_);
-    cudaEventDestroy(join_ev_);
-    cudaStreamDestroy(side_);
     for (auto& [cls, list] : free_)
       for (void* p : list) cudaFree(p);
     if (staging_) cudaFreeHost(staging_);
@@ -190,7 +177,6 @@ class CudaBackend final : public Backend {
     check_size(bytes, "download");
     if (capturing_) refuse("a download");
     if (bytes == 0) return;
-    join_side();
     DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
     synchronize();
   }
@@ -301,7 +287,6 @@ class CudaBackend final : public Backend {
     release(xb);
   }
   void hc_mixes(const HcMixesArgs& a) override {
-    join_side();
     if (a.rows == 0) return;
     float* part = scratch<float>(cuda::hc_mixes_scratch(a.rows));
     cuda::hc_mixes(a, part, gemm_counters_, stream_);
@@ -318,20 +303,10 @@ class CudaBackend final : public Backend {
   }
   void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c) override {
     if (!fused()) return Backend::hc_mixes_collapse(m, c);
-    join_side();
     if (m.rows == 0) return hc_collapse(c);
     if (c.pre == m.pre || c.pre == m.post || c.pre == m.comb) {
       std::fprintf(stderr, "deepinfer: hc_mixes_collapse: the collapse reads what the mixes write\n");
       std::abort();
-    }
-    // Few rows: the mixes on the second stream, beside the collapse and what follows it here
-    // (nothing before the next join reads what they write or writes the streams: backend.h).
-    if (side_mode() && m.rows <= kSideRows) {
-      DI_CUDA_CHECK(cudaEventRecord(fork_ev_, stream_));
-      DI_CUDA_CHECK(cudaStreamWaitEvent(side_, fork_ev_, 0));
-      cuda::hc_mixes(m, side_part_, side_counters_, side_);
-      side_pending_ = true;
-      return cuda::hc_collapse(c, stream_);
     }
     float* part = scratch<float>(cuda::hc_mixes_scratch(m.rows));
     cuda::hc_mixes_collapse(m, c, part, gemm_counters_, stream_);
@@ -346,7 +321,6 @@ class CudaBackend final : public Backend {
     cuda::norm_rope_quant(b.items, b.n, stream_);
   }
   void moe_combine_expand(const MoeCombineArgs& c, const HcExpandArgs& e) override {
-    join_side();
     if (!fused()) return Backend::moe_combine_expand(c, e);
     cuda::moe_combine_expand(c, e, stream_);
   }
@@ -476,14 +450,8 @@ class CudaBackend final : public Backend {
   void rms_norm(const RmsNormArgs& a) override { cuda::rms_norm(a, stream_); }
   void rope(const RopeArgs& a) override { cuda::rope(a, stream_); }
   void fake_quant(const FakeQuantArgs& a) override { cuda::fake_quant(a, stream_); }
-  void hc_collapse(const HcCollapseArgs& a) override {
-    join_side();
-    cuda::hc_collapse(a, stream_);
-  }
-  void hc_expand(const HcExpandArgs& a) override {
-    join_side();
-    cuda::hc_expand(a, stream_);
-  }
+  void hc_collapse(const HcCollapseArgs& a) override { cuda::hc_collapse(a, stream_); }
+  void hc_expand(const HcExpandArgs& a) override { cuda::hc_expand(a, stream_); }
   void attention(const AttentionArgs& a) override { cuda::attention(a, precision_ == Precision::kBF16, stream_); }
   void compress_pool(const CompressPoolArgs& a) override { cuda::compress_pool(a, stream_); }
   void indexer_scores(const IndexerScoreArgs& a) override { cuda::indexer_scores(a, stream_); }
@@ -508,13 +476,9 @@ class CudaBackend final : public Backend {
     release(scratch);
   }
   void swiglu(const SwigluArgs& a) override { cuda::swiglu(a, stream_); }
-  void engram_gate(const EngramGateArgs& a) override {
-    join_side();
-    cuda::engram_gate(a, stream_);
-  }
+  void engram_gate(const EngramGateArgs& a) override { cuda::engram_gate(a, stream_); }
   void synchronize() override {
     if (capturing_) refuse("synchronising");
-    join_side();
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     staging_off_ = 0;  // every staged copy has completed
   }
@@ -527,14 +491,12 @@ class CudaBackend final : public Backend {
   // Relaxed capture: a pool may grow (cudaMalloc) while capturing.
   void begin_capture(int64_t pool) override {
     if (capturing_) refuse("a nested capture");
-    join_side();
     capturing_ = pool_at(pool);
     capturing_->reset();
     DI_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   }
   int64_t end_capture() override {
     if (!capturing_) refuse("end_capture without begin_capture");
-    join_side();  // a capture ends on its origin stream alone
     cudaGraph_t g = nullptr;
     DI_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
     cudaGraphExec_t exec = nullptr;
@@ -548,7 +510,6 @@ class CudaBackend final : public Backend {
   void replay(int64_t graph) override {
     if (graph < 0 || graph >= static_cast<int64_t>(graphs_.size()) || !graphs_[static_cast<size_t>(graph)])
       refuse("replaying a graph that does not exist");
-    join_side();
     DI_CUDA_CHECK(cudaGraphLaunch(graphs_[static_cast<size_t>(graph)], stream_));
   }
   void free_graph_pool(int64_t pool) override {
@@ -658,30 +619,6 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   int* gemm_counters_ = nullptr;
-  // hc_mixes_collapse's second stream: up to kSideRows rows the mixes run on side_ (forked from
-  // stream_ at fork_ev_, with counters and partial sums of their own), and join_side() makes
-  // stream_ wait for them before any op that may read what they write or write the streams they
-  // read (the next hc_* op, engram_gate, moe_combine_expand), a synchronisation, a download,
-  // and the start or end of a capture. DEEPINFER_CUDA_SIDE=0: the one launch instead.
-  static constexpr int64_t kSideRows = 8, kSideCounters = 64;
-  cudaStream_t side_ = nullptr;
-  cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
-  bool side_pending_ = false;
-  int* side_counters_ = nullptr;
-  float* side_part_ = nullptr;
-  static bool side_mode() {
-    static const bool on = [] {
-      const char* e = std::getenv("DEEPINFER_CUDA_SIDE");
-      return !(e && e[0] == '0');
-    }();
-    return on;
-  }
-  void join_side() {
-    if (!side_pending_) return;
-    DI_CUDA_CHECK(cudaEventRecord(join_ev_, side_));
-    DI_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_ev_, 0));
-    side_pending_ = false;
-  }
   cublasHandle_t blas_ = nullptr, blas_tc_ = nullptr;
   Precision precision_ = Precision::kFloat32;
   bool invariant_ = true;
