@@ -31,14 +31,15 @@ template <typename T>
 }
 
 // The mixes of a site and the collapse with another pre, fused and as two ops: rows that take
-// the staged mixes (1-8), 6 mixes per block (9, 40), the chunks (200: the collapse's rows over
-// two z layers of the launch), a runtime stream count (hc 3), and the CPU's results.
+// the one launch (the staged mixes of 1-8 rows; 3 mixed rows with 40 collapsed: the collapse's
+// rows over three z layers of it), the two launches (6 mixes per block at 9 and 40 rows, the
+// chunks at 200), a runtime stream count (hc 3), and the CPU's results.
 TEST(CudaFused, MixesAndCollapseGiveTheTwoOpsBits) {
   Backends b;
   for (const int64_t hc : {int64_t{4}, int64_t{3}}) {
     const int64_t D = hc == 4 ? 5120 : 256, mix = (2 + hc) * hc;
-    for (const int64_t R : {int64_t{1}, int64_t{2}, int64_t{8}, int64_t{9}, int64_t{40}, int64_t{200}}) {
-      const std::string what = "hc " + std::to_string(hc) + ", " + std::to_string(R) + " rows";
+    for (const auto& [Rm, R] : {std::pair<int64_t, int64_t>{1, 1}, {2, 2}, {8, 8}, {3, 40}, {9, 9}, {40, 40}, {200, 200}}) {
+      const std::string what = "hc " + std::to_string(hc) + ", " + std::to_string(Rm) + " rows mixed, " + std::to_string(R) + " collapsed";
       auto x = randn(static_cast<size_t>(R * hc * D), 70 + static_cast<uint32_t>(R)), fn = randn(static_cast<size_t>(mix * hc * D), 71, 0.02f),
            base = randn(static_cast<size_t>(mix), 72, 0.3f), nw = randn(static_cast<size_t>(D), 73, 0.5f),
            cpre = randn(static_cast<size_t>(R * hc), 74, 0.5f);
@@ -48,13 +49,13 @@ TEST(CudaFused, MixesAndCollapseGiveTheTwoOpsBits) {
         Dev<float> pre, post, comb, y, yn;
       };
       auto outs = [&] {
-        return Out{Dev<float>(static_cast<size_t>(R * hc)), Dev<float>(static_cast<size_t>(R * hc)),
-                   Dev<float>(static_cast<size_t>(R * hc * hc)), Dev<float>(static_cast<size_t>(R * D)), Dev<float>(static_cast<size_t>(R * D))};
+        return Out{Dev<float>(static_cast<size_t>(Rm * hc)), Dev<float>(static_cast<size_t>(Rm * hc)),
+                   Dev<float>(static_cast<size_t>(Rm * hc * hc)), Dev<float>(static_cast<size_t>(R * D)), Dev<float>(static_cast<size_t>(R * D))};
       };
       auto args = [&](Out& o) {
         return std::pair<HcMixesArgs, HcCollapseArgs>{
             {.x = dx.p, .fn = dfn.p, .scale = dscale.p, .base = dbase.p, .pre = o.pre.p, .post = o.post.p, .comb = o.comb.p,
-             .rows = R, .hc = hc, .dim = D},
+             .rows = Rm, .hc = hc, .dim = D},
             {.x = dx.p, .pre = dcpre.p, .y = o.y.p, .rows = R, .hc = hc, .dim = D, .norm_w = dnw.p, .norm_y = o.yn.p,
              .norm_eps = 1e-6f}};
       };
@@ -70,7 +71,7 @@ TEST(CudaFused, MixesAndCollapseGiveTheTwoOpsBits) {
       EXPECT_TRUE(same(two.comb.get(), one.comb.get())) << "comb, " << what;
       EXPECT_TRUE(same(two.y.get(), one.y.get())) << "collapse, " << what;
       EXPECT_TRUE(same(two.yn.get(), one.yn.get())) << "its norm, " << what;
-      if (R == 9) {  // and the CPU backend's (the default: the two ops)
+      if (R == 9 && Rm == 9) {  // and the CPU backend's (the default: the two ops)
         std::vector<float> pre(static_cast<size_t>(R * hc)), post(pre.size()), comb(static_cast<size_t>(R * hc * hc)),
             y(static_cast<size_t>(R * D)), yn(y.size());
         b.cpu->hc_mixes_collapse({.x = x.data(), .fn = fn.data(), .scale = scale.data(), .base = base.data(), .pre = pre.data(),
@@ -166,21 +167,27 @@ TEST(CudaFused, CombineAndExpandGiveTheTwoOpsBits) {
 
 }  // namespace
 
-// Items of norm, RoPE and fake quantisation in one launch, against rms_norm, rope and fake_quant
-// one after the other: the low rank's norm alone, the window KV (FP8, codes and scales), an FP4
-// item with pow2 scales and one with e4m3 scales in blocks of 16, and an item that does not fit
-// the launch (dim 6: the three ops inside the op).
+// Items of norm, RoPE and fake quantisation in launches of up to four, against rms_norm, rope and
+// fake_quant one after the other: the low rank's norm alone, the window KV (FP8, codes and
+// scales), an FP4 item with pow2 scales and one with e4m3 scales in blocks of 16, one without a
+// norm weight, a wide one (two float4 chunks a thread), and an item that does not fit the launch
+// (dim 6: the three ops inside the op, in its place in the order).
 TEST(CudaFused, NormRopeQuantGivesTheThreeOpsBits) {
   Backends b;
   struct Item {
     int64_t dim, rope, block;
     FakeQuant kind;
+    bool weight = true;
   };
+  // Six items that fit (two launches of at most four), the one that does not in between, one
+  // without a norm weight.
   const Item shapes[] = {{1280, 0, 0, FakeQuant::kFp8Pow2},
                          {512, 64, 32, FakeQuant::kFp8Pow2},
                          {128, 64, 32, FakeQuant::kFp4Pow2},
+                         {6, 2, 0, FakeQuant::kFp8Pow2},
                          {64, 16, 16, FakeQuant::kFp4E4m3},
-                         {6, 2, 0, FakeQuant::kFp8Pow2}};
+                         {256, 0, 32, FakeQuant::kFp8Pow2, false},
+                         {2048, 64, 0, FakeQuant::kFp8Pow2}};
   for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{300}}) {
     std::vector<NormRopeQuantArgs> one, two;
     std::vector<std::unique_ptr<Dev<float>>> keep;
@@ -209,7 +216,7 @@ TEST(CudaFused, NormRopeQuantGivesTheThreeOpsBits) {
       }
       for (int k = 0; k < 2; ++k)
         (k == 0 ? one : two)
-            .push_back({.x = (k == 0 ? x1 : x2)->p, .w = w_d->p, .cos = cs_d->p, .sin = sn_d->p, .codes = c[k] ? c[k]->p : nullptr,
+            .push_back({.x = (k == 0 ? x1 : x2)->p, .w = it.weight ? w_d->p : nullptr, .cos = cs_d->p, .sin = sn_d->p, .codes = c[k] ? c[k]->p : nullptr,
                         .scales = sc[k] ? sc[k]->p : nullptr, .rows = rows, .dim = it.dim, .rope_dim = it.rope, .block = it.block,
                         .eps = 1e-6f, .kind = it.kind});
     }

@@ -304,7 +304,7 @@ class CudaBackend final : public Backend {
   void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c) override {
     if (!fused()) return Backend::hc_mixes_collapse(m, c);
     if (m.rows == 0) return hc_collapse(c);
-    if (c.pre == m.pre || c.pre == m.post || c.pre == m.comb) {
+    if (c.rows > 0 && c.pre == m.pre) {
       std::fprintf(stderr, "deepinfer: hc_mixes_collapse: the collapse reads what the mixes write\n");
       std::abort();
     }

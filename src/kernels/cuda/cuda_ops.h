@@ -49,7 +49,7 @@ void topk_mask_batch(const TopkMaskArgs* host_items, const TopkMaskArgs* dev_ite
 void candidate_blocks_batch(const CandidateBlocksArgs* host_items, const CandidateBlocksArgs* dev_items, int64_t n,
                             cudaStream_t s);
 void router(const RouterArgs& a, cudaStream_t s);
-// router then moe_permute, in one launch for up to 32 rows.
+// router then moe_permute, in one launch for up to 32 rows (fewer with many experts: select.cu).
 void route(const RouterArgs& r, const MoePermuteArgs& p, cudaStream_t s);
 // scratch: sample_rows_scratch_bytes(a) bytes of device memory (the rows' weights, fp64).
 int64_t sample_rows_scratch_bytes(const SampleRowsArgs& a);

@@ -157,10 +157,6 @@ __global__ void fake_quant_k(float* x, int64_t blocks, int64_t block, int kind, 
   }
 }
 
-// The same quantisers with a thread per element, a quantisation block on `block` consecutive
-// lanes (16 or 32: whole blocks per warp); the block's absolute maximum by a shuffle tree (max
-// is exact in any order; NaN ignored as the serial loop from 0 does), so the values, codes
-// and scales are fake_quant_k's bit for bit.
 // A block's scale from its amax (kind: FakeQuant's order: FP8 with a pow2 scale, FP4 with a pow2
 // or an e4m3 scale) and the scale's stored code; a value rounded at scale s (its code: e4m3, or
 // e2m1) and the value the code stands for. fake_quant_lanes_k and norm_rope_quant_k share them.
@@ -181,6 +177,10 @@ __device__ __forceinline__ float fq_value(int kind, float v, float s, uint8_t* c
   *code = d_f32_to_e2m1(fminf(fmaxf(v / s, -6.0f), 6.0f));
   return d_e2m1_to_f32(*code) * s;
 }
+// The same quantisers with a thread per element, a quantisation block on `block` consecutive
+// lanes (16 or 32: whole blocks per warp); the block's absolute maximum by a shuffle tree (max
+// is exact in any order; NaN ignored as the serial loop from 0 does), so the values, codes
+// and scales are fake_quant_k's bit for bit.
 __global__ void fake_quant_lanes_k(float* x, int64_t n, int block, int kind, uint8_t* codes, uint8_t* scales) {
   DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -633,7 +633,8 @@ void norm_rope_quant(const NormRopeQuantArgs* items, int64_t n, cudaStream_t s) 
   for (int64_t i = 0; i < n; ++i) {
     const NormRopeQuantArgs& a = items[i];
     if (a.rows <= 0 || a.dim <= 0) continue;
-    if (!nrq_fits(a)) {  // the three ops
+    if (!nrq_fits(a)) {  // the three ops, after the items before it
+      flush();
       rms_norm({.x = a.x, .w = a.w, .y = a.x, .rows = a.rows, .dim = a.dim, .eps = a.eps}, s);
       if (a.rope_dim > 0)
         rope({.x = a.x, .cos = a.cos, .sin = a.sin, .rows = a.rows, .heads = 1, .head_dim = a.dim, .rope_dim = a.rope_dim}, s);
@@ -726,8 +727,10 @@ void hc_mixes(const HcMixesArgs& a, float* part, int* counters, cudaStream_t s) 
   else launch_hc_mixes<0>(a, part, counters, s, nullptr);
 }
 void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c, float* part, int* counters, cudaStream_t s) {
-  // One launch when the collapse takes the fused norm kernel on the mixes' streams.
-  if (m.rows == 0 || c.rows == 0 || c.hc != m.hc || (2 + m.hc) * m.hc > kMaxMix || !collapse_norm_fits(c)) {
+  // One launch when the collapse takes the fused norm kernel on the mixes' streams and neither
+  // reads what the other writes (else the two launches, in order).
+  const bool apart = c.pre != m.post && c.pre != m.comb && c.y != m.x && c.norm_y != m.x;
+  if (m.rows == 0 || c.rows == 0 || c.hc != m.hc || (2 + m.hc) * m.hc > kMaxMix || !collapse_norm_fits(c) || !apart) {
     hc_mixes(m, part, counters, s);
     return hc_collapse(c, s);
   }

@@ -321,7 +321,8 @@ void route(const RouterArgs& r, const MoePermuteArgs& p, cudaStream_t s) {
     std::fprintf(stderr, "deepinfer: route: the permutation does not take the router's choices\n");
     std::abort();
   }
-  // One launch for up to kRouteRows rows (decode); more take the two kernels.
+  // One launch for up to kRouteRows rows (decode) while every warp's 2 x experts floats fit 48 KB
+  // (at 384 experts, 15 rows); otherwise the two kernels.
   const int64_t warps = std::min<int64_t>(kRouteRows, std::max<int64_t>(r.rows, 4));
   const size_t smem = static_cast<size_t>(warps * 2 * r.experts) * sizeof(float) + static_cast<size_t>(r.rows * r.top_k) * sizeof(int);
   if (r.rows == 0 || r.rows > kRouteRows || r.experts > 2048 || smem > 48 * 1024 || p.experts == 0) {
