@@ -607,23 +607,30 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
   kernels::Buf<float> win(be_, total_win * hd);
   std::vector<int64_t> win_pos(static_cast<size_t>(total_win));
   std::vector<std::pair<const PackedRows*, float*>> ring_reads;
-  std::vector<kernels::CopyDesc> win_copies;
+  // The chunk's rows into the window, and (packed rings) their FP8 codes and scales into the
+  // ring's next slots: one batch of copies. The slots are reserved here, before the ring's rows
+  // are staged for reading (a reserve may move them), and lie past those rows.
+  std::vector<kernels::CopyDesc> copies;
   for (size_t qi = 0; qi < nseq; ++qi) {
     const int64_t r0 = s.row0[qi], m = s.rows[qi], off = win_off[qi], nc = n_cached[qi];
     if (m == 0) continue;
-    const WindowRing& ring = s.states[qi]->window(l);
+    WindowRing& ring = s.states[qi]->window(l);
     std::copy(ring.pos.begin(), ring.pos.end(), win_pos.begin() + off);
     std::copy(s.pos.begin() + r0, s.pos.begin() + r0 + m, win_pos.begin() + off + nc);
+    copies.push_back({win.data() + (off + nc) * hd, kv + r0 * hd, m * hd * F});
+    if (ring.kv.packed()) {
+      copies.push_back({ring.kv.code_slot(m), kv_codes + r0 * hd, m * hd});
+      copies.push_back({ring.kv.scale_slot(m), kv_scales + r0 * hd / 32, m * hd / 32});
+    }
     ring_reads.push_back({&ring.kv, win.data() + off * hd});
-    win_copies.push_back({win.data() + (off + nc) * hd, kv + r0 * hd, m * hd * F});
   }
-  // One upload for the window's copy and read descriptors, its positions, the sequences and
-  // the queries' sequence index; the window is assembled once it is sent, after the sources
-  // below (which neither read nor write it or the rings).
+  // One upload for those copies' descriptors, the ring reads', the window's positions, the
+  // sequences and the queries' sequence index; the window is assembled once it is sent, after
+  // the sources below (which neither read nor write it or the rings).
   int64_t live = 0;
   for (size_t qi = 0; qi < nseq; ++qi) live += s.rows[qi] > 0;
   Staged st(be_);
-  const int64_t win_copies_at = st.add(win_copies);
+  const int64_t copies_at = st.add(copies);
   const StagedReads reads = stage_reads(ring_reads, st);
   const int64_t win_pos_at = st.add(win_pos), seqs_at = st.add<kernels::AttentionSeq>(nullptr, live),
                 q_seq_at = st.add<int32_t>(nullptr, n);
@@ -676,7 +683,7 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     st.set(seqs_at, seqs);
     st.set(q_seq_at, q_seq);
     st.upload();
-    copy_batch_staged(win_copies, st.at<kernels::CopyDesc>(win_copies_at));
+    copy_batch_staged(copies, st.at<kernels::CopyDesc>(copies_at));
     run_reads(reads, st);
     be_.attention({.q = s.q.data(), .q_pos = s.d_pos.data(), .sink = A.attn_sink, .out = s.o.data(), .s = n, .heads = H,
                    .head_dim = hd, .window = c.sliding_window, .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
@@ -685,23 +692,18 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
                    .max_t_win = max_t_win, .max_t_comp = max_t_comp, .max_selected = c.index_topk,
                    .total_entries = total_entries});
   }
-  // Every ring keeps its last window-1 entries: the new rows' FP8 codes and scales copied in.
-  std::vector<kernels::CopyDesc> ring_writes;
+  // Every ring keeps its last window-1 entries (a packed ring's new codes and scales were copied
+  // in above).
   for (size_t qi = 0; qi < nseq; ++qi) {
     const int64_t r0 = s.row0[qi], m = s.rows[qi];
     if (m == 0) continue;
     WindowRing& ring = s.states[qi]->window(l);
     const int64_t t_win = n_cached[qi] + m;
     const int64_t keep = std::min<int64_t>(c.sliding_window - 1, t_win), drop = t_win - keep;
-    if (ring.kv.packed()) {
-      ring_writes.push_back({ring.kv.code_slot(m), kv_codes + r0 * hd, m * hd});
-      ring_writes.push_back({ring.kv.scale_slot(m), kv_scales + r0 * hd / 32, m * hd / 32});
-    }
     ring.kv.append(kv + r0 * hd, m);
     ring.kv.drop_front(drop);
     ring.pos.assign(win_pos.begin() + win_off[qi] + drop, win_pos.begin() + win_off[qi] + t_win);
   }
-  copy_batch(ring_writes);
 }
 
 void DeepseekV41::publish_sources(int64_t l, Scratch& s) {
