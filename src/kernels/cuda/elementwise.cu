@@ -217,12 +217,19 @@ __global__ void __launch_bounds__(kNormThreads) norm_rope_quant_k(NrqBatch b) {
   const NormRopeQuantArgs& a = b.items[it];
   const int64_t r = blockIdx.x - b.row0[it], dim = a.dim, n4 = dim / 4, half = a.rope_dim / 2, rope0 = dim - a.rope_dim;
   float4* xr = reinterpret_cast<float4*>(a.x + r * dim);
-  float4 v[kNormCache], g[kNormCache];
+  // The row, its weights and the RoPE angles of the thread's one chunk in the rotated channels
+  // (rope_dim <= 4 x kNormThreads: cos, sin of its two pairs), loaded together before the norm's
+  // reduction.
+  float4 v[kNormCache], g[kNormCache], rot = make_float4(1.0f, 0.0f, 1.0f, 0.0f);
 #pragma unroll
   for (int j = 0; j < kNormCache; ++j) {
     const int64_t i = threadIdx.x + j * kNormThreads;
     v[j] = i < n4 ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     g[j] = a.w && i < n4 ? reinterpret_cast<const float4*>(a.w)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n4 && half > 0 && 4 * i >= rope0) {
+      const int64_t p = r * half + (4 * i - rope0) / 2;  // the chunk's first pair
+      rot = make_float4(a.cos[p], a.sin[p], a.cos[p + 1], a.sin[p + 1]);
+    }
   }
   const float inv = rms_inv(v, dim, a.eps);
   const int kind = static_cast<int>(a.kind), lanes = static_cast<int>(a.block / 4);
@@ -233,11 +240,8 @@ __global__ void __launch_bounds__(kNormThreads) norm_rope_quant_k(NrqBatch b) {
     const bool in = i < n4;
     float4 o = in ? rms_scaled(v[j], g[j], a.w != nullptr, inv) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (in && half > 0 && 4 * i >= rope0) {
-      const int64_t p = (4 * i - rope0) / 2;  // the chunk's first pair
-      const float* cs = a.cos + r * half + p;
-      const float* sn = a.sin + r * half + p;
-      rope_pair(o.x, o.y, cs[0], sn[0]);
-      rope_pair(o.z, o.w, cs[1], sn[1]);
+      rope_pair(o.x, o.y, rot.x, rot.y);
+      rope_pair(o.z, o.w, rot.z, rot.w);
     }
     if (lanes > 0) {
       float amax = fmaxf(fmaxf(fmaxf(fmaxf(0.0f, fabsf(o.x)), fabsf(o.y)), fabsf(o.z)), fabsf(o.w));
@@ -618,7 +622,7 @@ void compress_pool(const CompressPoolArgs& a, cudaStream_t s) {
 static bool nrq_fits(const NormRopeQuantArgs& a) {
   using detail::aligned16;
   return a.dim % 4 == 0 && a.dim <= 4 * kNormCache * kNormThreads && aligned16(a.x) && (!a.w || aligned16(a.w)) &&
-         a.rope_dim >= 0 && a.rope_dim % 4 == 0 && a.rope_dim <= a.dim &&
+         a.rope_dim >= 0 && a.rope_dim % 4 == 0 && a.rope_dim <= a.dim && a.rope_dim <= 4 * kNormThreads &&
          (a.block == 0 || ((a.block == 16 || a.block == 32) && a.dim % a.block == 0)) &&
          (!a.codes || reinterpret_cast<uintptr_t>(a.codes) % 4 == 0);
 }
