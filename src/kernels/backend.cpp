@@ -32,18 +32,17 @@ void Backend::grouped_matmul(const GroupedMatmulArgs& a) {
 }
 
 void Backend::hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c) {
-  DI_CHECK(m.pre != c.pre || m.rows == 0 || c.rows == 0, "hc_mixes_collapse: the collapse reads the pre the mixes write");
+  DI_CHECK(mixes_collapse_apart(m, c), "hc_mixes_collapse: the collapse reads the pre the mixes write");
   hc_mixes(m);
   hc_collapse(c);
 }
 void Backend::route(const RouterArgs& r, const MoePermuteArgs& p) {
-  DI_CHECK(p.ids == r.ids && p.weights == r.weights && p.n == r.rows && p.k == r.top_k && p.experts == r.experts,
-           "route: the permutation does not take the router's choices");
+  DI_CHECK(route_paired(r, p), "route: the permutation does not take the router's choices");
   router(r);
   moe_permute(p);
 }
 void Backend::moe_combine_expand(const MoeCombineArgs& c, const HcExpandArgs& e) {
-  DI_CHECK(e.y == c.y && e.rows == c.n && e.dim == c.dim, "moe_combine_expand: the expand does not take the combine's output");
+  DI_CHECK(combine_expand_paired(c, e), "moe_combine_expand: the expand does not take the combine's output");
   moe_combine(c);
   hc_expand(e);
 }

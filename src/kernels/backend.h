@@ -487,9 +487,19 @@ class Backend {
   //   m.pre: neither reads what the other writes);
   // - the router and the permutation of its choices (p.ids / p.weights are r.ids / r.weights);
   // - the MoE combine and the expand of its output (e.y is c.y, which is written too).
+  // (Each pairing rule: the predicates below, which every implementation checks.)
   virtual void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c);
   virtual void route(const RouterArgs& r, const MoePermuteArgs& p);
   virtual void moe_combine_expand(const MoeCombineArgs& c, const HcExpandArgs& e);
+  static bool mixes_collapse_apart(const HcMixesArgs& m, const HcCollapseArgs& c) {
+    return m.pre != c.pre || m.rows == 0 || c.rows == 0;
+  }
+  static bool route_paired(const RouterArgs& r, const MoePermuteArgs& p) {
+    return p.ids == r.ids && p.weights == r.weights && p.n == r.rows && p.k == r.top_k && p.experts == r.experts;
+  }
+  static bool combine_expand_paired(const MoeCombineArgs& c, const HcExpandArgs& e) {
+    return e.y == c.y && e.rows == c.n && e.dim == c.dim;
+  }
   // Each item's norm, RoPE and fake quantisation (default: rms_norm, rope, fake_quant per item;
   // a device backend may run every item in one launch, with the same bits).
   virtual void norm_rope_quant(const OpBatch<NormRopeQuantArgs>& b);

@@ -304,8 +304,8 @@ class CudaBackend final : public Backend {
   void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c) override {
     if (!fused()) return Backend::hc_mixes_collapse(m, c);
     if (m.rows == 0) return hc_collapse(c);
-    if (c.rows > 0 && c.pre == m.pre) {
-      std::fprintf(stderr, "deepinfer: hc_mixes_collapse: the collapse reads what the mixes write\n");
+    if (!mixes_collapse_apart(m, c)) {
+      std::fprintf(stderr, "deepinfer: hc_mixes_collapse: the collapse reads the pre the mixes write\n");
       std::abort();
     }
     float* part = scratch<float>(cuda::hc_mixes_scratch(m.rows));

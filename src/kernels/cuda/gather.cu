@@ -234,25 +234,24 @@ void gather_rows(const GatherRowsArgs& a, cudaStream_t s) {
   DI_CUDA_LAUNCHED();
 }
 
-void moe_combine(const MoeCombineArgs& a, cudaStream_t s) {
+namespace {
+template <bool EXPAND, int HC>
+void launch_combine(const MoeCombineArgs& a, const HcExpandArgs& e, cudaStream_t s) {
   if (a.n <= 0 || a.dim <= 0) return;
   const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(a.dim, kCombineChunk)));
-  launch_k(moe_combine_k<false, 0>, grid, kThreads, static_cast<size_t>(3 * std::max<int64_t>(a.k, 1)) * sizeof(int), s, a,
-           HcExpandArgs{});
+  launch_k(moe_combine_k<EXPAND, HC>, grid, kThreads, static_cast<size_t>(3 * std::max<int64_t>(a.k, 1)) * sizeof(int), s, a, e);
   DI_CUDA_LAUNCHED();
 }
+}  // namespace
+void moe_combine(const MoeCombineArgs& a, cudaStream_t s) { launch_combine<false, 0>(a, HcExpandArgs{}, s); }
 void moe_combine_expand(const MoeCombineArgs& a, const HcExpandArgs& e, cudaStream_t s) {
-  if (e.hc > kMaxStreams || e.y != a.y || e.rows != a.n || e.dim != a.dim) {
+  if (e.hc > kMaxStreams || !Backend::combine_expand_paired(a, e)) {
     std::fprintf(stderr, "deepinfer: moe_combine_expand: the expand does not take the combine's output (or > %d streams)\n",
                  kMaxStreams);
     std::abort();
   }
-  if (a.n <= 0 || a.dim <= 0) return;
-  const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(a.dim, kCombineChunk)));
-  const size_t smem = static_cast<size_t>(3 * std::max<int64_t>(a.k, 1)) * sizeof(int);
-  if (e.hc == 4) launch_k(moe_combine_k<true, 4>, grid, kThreads, smem, s, a, e);
-  else launch_k(moe_combine_k<true, 0>, grid, kThreads, smem, s, a, e);
-  DI_CUDA_LAUNCHED();
+  if (e.hc == 4) launch_combine<true, 4>(a, e, s);
+  else launch_combine<true, 0>(a, e, s);
 }
 
 void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s) {

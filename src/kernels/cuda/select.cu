@@ -317,7 +317,7 @@ void router(const RouterArgs& a, cudaStream_t s) {
   DI_CUDA_LAUNCHED();
 }
 void route(const RouterArgs& r, const MoePermuteArgs& p, cudaStream_t s) {
-  if (p.ids != r.ids || p.weights != r.weights || p.n != r.rows || p.k != r.top_k || p.experts != r.experts) {
+  if (!Backend::route_paired(r, p)) {
     std::fprintf(stderr, "deepinfer: route: the permutation does not take the router's choices\n");
     std::abort();
   }
