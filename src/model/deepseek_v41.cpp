@@ -331,16 +331,26 @@ void DeepseekV41::forward(std::span<SeqChunk> batch) {
                     hash_ids.data() + s.row0[q] * hash_w);
   }
 
+  // Graphed, a layer's second piece also runs the next layer's first (one graph launch fewer
+  // per layer: consecutive graphs do not overlap, kernels inside one do), unless an eager op
+  // (Engram) comes between them.
+  bool in_ran = false;  // this layer's attention_in ran in the previous layer's piece
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     if (l == late && any_replay) compact_to_tail(batch, s, hash_ids, hash_w);
     if (s.n == 0) continue;
     const int64_t rows = graphed ? np : s.n;  // the pieces' rows
-    size_layer(l, s, rows);
+    if (!in_ran) size_layer(l, s, rows);
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
     if (L.has_engram) engram(l, hash_ids, s, s.X.data());
-    piece(s, l, 0, [&] { attention_in(l, s, rows); });
+    if (!in_ran) piece(s, l, 0, [&] { attention_in(l, s, rows); });
     attention(l, s);
-    piece(s, l, 1, [&] { attention_out_and_ffn(l, s, rows); });
+    const bool next_in = graphed && l + 1 < c.num_hidden_layers && !w_.layers[static_cast<size_t>(l + 1)].has_engram;
+    if (next_in) size_layer(l + 1, s, rows);  // sizes only buffers attention_out_and_ffn does not read
+    piece(s, l, 1, [&] {
+      attention_out_and_ffn(l, s, rows);
+      if (next_in) attention_in(l + 1, s, rows);
+    });
+    in_ran = next_in;
   }
   for (size_t q = 0; q < nseq; ++q) batch[q].state->advance(batch[q].n);
   head(batch, s);

@@ -16,6 +16,7 @@
 // the two static halves of every layer (before and after the attention) as captured graphs
 // over a Scratch kept per row bucket (padding rows are zero tokens at position 0; every op is
 // row-independent, so they never change a real row); the attention in between runs eagerly.
+// A layer's second half and the next layer's first are one graph (unless Engram comes between).
 // The kept Scratches and their graph pools hold device memory until set_graphs(false) or
 // the model's end.
 // Threading: one forward at a time per model object (scratch is per call or per bucket).
