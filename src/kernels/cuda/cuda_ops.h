@@ -116,8 +116,10 @@ struct Bf16Gemm {
   // are unused; groups 1; dense parts only in the decode tiling, see gemm_bf16_parts_fit).
   int parts = 0;
   Bf16Part part_list[kMaxBf16Parts] = {};
-  // Set by gemm_bf16: the weights are loaded with an L2 evict_first policy.
+  // Set by gemm_bf16: the weights are loaded with an L2 evict_first policy; the k segments
+  // (cluster of them, > 0) are added up inside clusters of that many blocks.
   bool stream_w = false;
+  int cluster = 0;
 };
 // Zeroed tile counters a launch leaves zeroed: the split products' and hc_mixes' row groups
 // (ops on one stream share one buffer).

@@ -8,17 +8,25 @@
 // tile shape and the number of rows: k16 steps ascending within each k segment (gemm_bf16_split,
 // a function of the product's shape alone), the segments' sums added in ascending order to 0.
 // Few rows: one block per (tile, segment), partial sums in a workspace, the tile's last block
-// adding them up; many rows: one block per tile folding the segments in registers.
+// adding them up (in the decode tiling the tile's blocks are one cluster instead, and its first
+// block adds them through distributed shared memory); many rows: one block per tile folding
+// the segments in registers.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm_split.h"
 #include "kernels/cuda/mma.cuh"
 
+#include <cooperative_groups.h>
+
 namespace deepinfer::kernels::cuda {
+
+namespace cg = cooperative_groups;
 
 namespace {
 
@@ -417,6 +425,54 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
     // 172 registers at 128 x 128, one block per SM instead of two), folding launches none either.
     __trap();
   } else {
+    // Each element's partial sums added in segment order to 0, at(s, r, col) its segment s's
+    // (float2 of columns col, col + 1). The loads of G segments at a time, every element of
+    // the thread's, are issued before their adds (one memory latency per G segments, not one
+    // per element and segment). G 8 in the decode tiling (64 more registers, 120), 1 on wider
+    // tiles (64 x 128: G 2 took 127 registers to 168, one block per SM instead of two).
+    auto add_segments = [&](auto&& at) {
+      constexpr int G = MI * NI <= 2 ? 8 : 1;
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
+      for (int s0 = 0; s0 < S; s0 += G) {
+        float2 pv[G][MI][NI][2];
+#pragma unroll
+        for (int q = 0; q < G; ++q)
+          if (s0 + q < S)
+            each_at([&](int i, int j, int h, int r, int col) { pv[q][i][j][h] = at(s0 + q, r, col); });
+#pragma unroll
+        for (int q = 0; q < G; ++q)
+          if (s0 + q < S)
+            each_at([&](int i, int j, int h, int, int) {
+              acc[i][j][2 * h] += pv[q][i][j][h].x;
+              acc[i][j][2 * h + 1] += pv[q][i][j][h].y;
+            });
+      }
+      store();
+    };
+    if (p.cluster) {
+      // Split over the blocks of a cluster (segment s = the block of rank s): each block's sums
+      // to its own shared memory (the pipeline's stages, every copy landed and every warp past
+      // its last read at the barrier), and block 0 adds the S of them in segment order through
+      // distributed shared memory; no workspace, fence or counter. The same bits as below.
+      static_assert(BM * BN * 4 <= STAGES * (SA + SB) * 2, "a tile's sums fit the stages");
+      __syncthreads();
+      float* sums = reinterpret_cast<float*>(sA);
+      each([&](int r, int col, const float* v) { *reinterpret_cast<float2*>(sums + r * BN + col) = make_float2(v[0], v[1]); });
+      cg::cluster_group cl = cg::this_cluster();
+      if (static_cast<int>(cl.block_rank()) != seg || static_cast<int>(cl.num_blocks()) != S) __trap();
+      cl.sync();
+      if (seg == 0)
+        add_segments([&](int sg, int r, int col) {
+          return *reinterpret_cast<const float2*>(cl.map_shared_rank(sums, static_cast<unsigned>(sg)) + r * BN + col);
+        });
+      cl.sync();  // the others' shared memory stays until block 0 has read it
+      return;
+    }
     // Split: this segment's sums to the workspace [groups][S][m][n]; the tile's last block to
     // finish adds the S partial sums in segment order (whichever block that is) and resets the
     // tile's counter for the next launch.
@@ -432,35 +488,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    // Each element's partial sums added in segment order to 0. The loads of G segments at a
-    // time, every element of the thread's, are issued before their adds (one memory latency
-    // per G segments, not one per element and segment). G 8 in the decode tiling (64 more
-    // registers, 120), 1 on wider tiles (64 x 128: G 2 took 127 registers to 168, one block
-    // per SM instead of two).
-    constexpr int G = MI * NI <= 2 ? 8 : 1;
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-      for (int j = 0; j < NI; ++j)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
-    for (int s0 = 0; s0 < S; s0 += G) {
-      float2 pv[G][MI][NI][2];
-#pragma unroll
-      for (int q = 0; q < G; ++q)
-        if (s0 + q < S)
-          each_at([&](int i, int j, int h, int r, int col) {
-            pv[q][i][j][h] = __ldcg(reinterpret_cast<const float2*>(part_at(s0 + q, r, col)));
-          });
-#pragma unroll
-      for (int q = 0; q < G; ++q)
-        if (s0 + q < S)
-          each_at([&](int i, int j, int h, int, int) {
-            acc[i][j][2 * h] += pv[q][i][j][h].x;
-            acc[i][j][2 * h + 1] += pv[q][i][j][h].y;
-          });
-    }
-    store();
+    add_segments([&](int sg, int r, int col) { return __ldcg(reinterpret_cast<const float2*>(part_at(sg, r, col))); });
     if (threadIdx.x == 0) *counter = 0;
   }
 }
@@ -486,6 +514,30 @@ int64_t lay_out_parts(Bf16Gemm& p, int64_t BM = 16, int64_t BN = 64) {
   }
   return p.counters || off == 0 ? (counter <= kGemmCounters ? off : -1) : -1;
 }
+// Whether a product split into S segments adds them up inside clusters of S blocks (the split
+// decode tiling; sm_90): S from 2 to 16 (above 8 by the kernel's non-portable opt-in), unless
+// DEEPINFER_CUDA_CLUSTER=0. Otherwise through the workspace and tile counters (same bits).
+bool clusters_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("DEEPINFER_CUDA_CLUSTER");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+template <class... KArgs>
+bool gemm_clusters(void (*kern)(KArgs...), int S) {
+  if (!clusters_enabled() || S < 2 || S > 16) return false;
+  static std::vector<std::pair<const void*, int>> opted;  // (kernel, device) given the opt-in
+  int dev = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&dev));
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kern), dev);
+  if (S > 8 && std::find(opted.begin(), opted.end(), key) == opted.end()) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    opted.push_back(key);
+  }
+  return true;
+}
+
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool XF = false, bool WG = false>
 void launch_gemm(Bf16Gemm p, cudaStream_t s) {
   // Grouped: at most ceil(rows / BM) + min(experts, rows) tiles (every expert with rows may end
@@ -501,7 +553,17 @@ void launch_gemm(Bf16Gemm p, cudaStream_t s) {
     auto kernel = gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF, WG>;
     opt_in_smem(kernel, smem);
     const dim3 grid(static_cast<unsigned>(units), static_cast<unsigned>(tiles), 1);
-    launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, static_cast<int>(p.k));
+    // Clusters along x when every part has the same segments and there is one row tile (grid
+    // x then runs tile by tile, each tile's segments in order: a part's first unit is a
+    // multiple of the segments, and the raster order is the identity).
+    int S = static_cast<int>(ceil_div(p.k, p.part_list[0].ks));
+    for (int i = 1; i < p.parts; ++i) S = ceil_div(p.k, p.part_list[i].ks) == S ? S : 0;
+    p.cluster = BM == 16 && tiles == 1 && gemm_clusters(kernel, S) ? S : 0;
+    if (p.cluster)
+      launch_k_cluster(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, dim3(static_cast<unsigned>(S), 1, 1), p,
+                       static_cast<int>(p.k));
+    else
+      launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, static_cast<int>(p.k));
     DI_CUDA_LAUNCHED();
     return;
   }
@@ -521,7 +583,12 @@ void launch_gemm(Bf16Gemm p, cudaStream_t s) {
   }
   opt_in_smem(kernel, smem);
   const dim3 grid(static_cast<unsigned>(cols), static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups * (p.part ? S : 1)));
-  launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, ks);
+  // A split in the decode tiling: a tile's segments are consecutive in grid z, one cluster.
+  p.cluster = BM == 16 && p.part && gemm_clusters(kernel, S) ? S : 0;
+  if (p.cluster)
+    launch_k_cluster(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, dim3(1, 1, static_cast<unsigned>(S)), p, ks);
+  else
+    launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, ks);
   DI_CUDA_LAUNCHED();
 }
 
