@@ -19,7 +19,11 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/tiling.cuh"
 
+#include <cooperative_groups.h>
+
 namespace deepinfer::kernels::cuda {
+
+namespace cg = cooperative_groups;
 
 namespace {
 
@@ -546,7 +550,9 @@ __global__ void entries_bf16_k(AttentionArgs a, __nv_bfloat16* out, int64_t cap,
 // DS: the output channels split over DS CTAs (grid y = head block x DS), each computing the
 // same scores and softmax and its D / DS channels of P·V: more CTAs for a few queries, the
 // same bits (every element is the same chain of mma steps).
-template <int D, int HC, int DS>
+// CL: the launch's clusters are each query's splits, merged in split 0's CTA (a template
+// parameter: the merge's registers would cost the other launches, the 64-head fold spilling).
+template <int D, int HC, int DS, bool CL = false>
 __global__ void __launch_bounds__(kMmaT, 1)
     attention_mma_k(AttentionArgs a, const __nv_bfloat16* entries, const int64_t* seq_e0, int nsplit, bool fold,
                     float* part_o, float* part_ml, int64_t t_base) {
@@ -564,6 +570,10 @@ __global__ void __launch_bounds__(kMmaT, 1)
   auto* s_s = reinterpret_cast<float*>(smem_raw + C::sOff);
   auto* s_list = reinterpret_cast<int*>(smem_raw + C::listOff);
   auto* s_scan = reinterpret_cast<int*>(smem_raw + C::scanOff);
+  // cluster: this split's o [HC][D / DS] and (m, l) [HC][2], over the tiles once they are done.
+  static_assert(size_t{HC} * (D / DS + 2) * 4 <= C::sOff - C::kOff, "a split's state fits the tiles");
+  auto* s_co = reinterpret_cast<float*>(smem_raw + C::kOff);
+  float* s_cml = s_co + HC * (D / DS);
 
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, mt = w % MT, grp = w / MT, quad = lane & 3;
   const int64_t tl = blockIdx.x, t = t_base + tl;
@@ -603,6 +613,12 @@ __global__ void __launch_bounds__(kMmaT, 1)
     vl.fill(visible, s_list, s_scan);
     if (vl.n_list == 0 && split > 0) {  // an empty segment: m = -inf, skipped by the merge
       if (fold) continue;
+      if constexpr (CL) {
+        for (int h = tid; h < HC; h += T) s_cml[2 * h] = -INFINITY;
+        cg::this_cluster().sync();
+        cg::this_cluster().sync();
+        return;
+      }
       if (c0 == 0) store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, nullptr, nullptr);
       return;
     }
@@ -774,6 +790,52 @@ __global__ void __launch_bounds__(kMmaT, 1)
       }
       continue;
     }
+    if constexpr (CL) {
+      // The query's splits are one cluster (split = rank): each leaves its state in its own
+      // shared memory, and split 0's CTA merges the others' into its registers in split order,
+      // by the combine kernel's arithmetic, then writes o / l.
+      __syncthreads();  // every warp done with the tiles
+      each_out([&](int j, int hr, int64_t, int col) {
+        *reinterpret_cast<float2*>(s_co + (r0 + 8 * hr) * (D / DS) + col - c0) = make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
+      });
+      if (grp == 0 && quad == 0)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          s_cml[2 * (r0 + 8 * hr)] = m[hr];
+          s_cml[2 * (r0 + 8 * hr) + 1] = l[hr];
+        }
+      cg::cluster_group cl = cg::this_cluster();
+      cl.sync();
+      if (split == 0)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int row = r0 + 8 * hr;
+          if (h0 + row >= heads) continue;
+          float M = m[hr], L = l[hr];
+          for (int k = 1; k < nsplit; ++k) {
+            const float* rml = cl.map_shared_rank(s_cml, static_cast<unsigned>(k));
+            const float mk = rml[2 * row];
+            if (mk == -INFINITY) continue;
+            const float* ro = cl.map_shared_rank(s_co, static_cast<unsigned>(k)) + row * (D / DS);
+            float fo, fn;
+            merge_scale(M, mk, fo, fn);
+            L = merge_term(L, fo, rml[2 * row + 1], fn);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+              const float2 v = *reinterpret_cast<const float2*>(ro + grp * DC + j * 8 + quad * 2);
+              o[j][2 * hr] = merge_term(o[j][2 * hr], fo, v.x, fn);
+              o[j][2 * hr + 1] = merge_term(o[j][2 * hr + 1], fo, v.y, fn);
+            }
+          }
+          l[hr] = L;
+        }
+      if (split == 0)
+        each_out([&](int j, int hr, int64_t hh, int col) {
+          *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
+        });
+      cl.sync();  // the others' shared memory stays until split 0 has read it
+      return;
+    }
     each_out([&](int j, int hr, int64_t hh, int col) {
       if (nsplit == 1)
         *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
@@ -868,6 +930,15 @@ void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s, bool fold =
     const dim3 g(static_cast<unsigned>(a.s), static_cast<unsigned>(ceil_div(a.heads, HC) * DS), 1);
     launch_k(attention_mma_k<D, HC, DS>, g, kMmaT, C::bytes, s, a, staged, seq_e0, attention_splits(a), true,
              static_cast<float*>(nullptr), static_cast<float*>(nullptr), int64_t{0});
+    DI_CUDA_LAUNCHED();
+  } else if (const int nsplit = attention_splits(a); HC <= 32 && nsplit > 1 && nsplit <= 8 && clusters_enabled()) {
+    // Each query's splits one cluster of CTAs (up to 32 heads per CTA: the decode launches),
+    // merged by split 0's: no partial sums in global memory, no combine launch.
+    constexpr int HCL = HC <= 32 ? HC : 32;  // (instantiated only where taken)
+    const dim3 g(static_cast<unsigned>(a.s), static_cast<unsigned>(ceil_div(a.heads, HC) * DS), static_cast<unsigned>(nsplit));
+    opt_in_smem(attention_mma_k<D, HCL, DS, true>, C::bytes);
+    launch_k_cluster(attention_mma_k<D, HCL, DS, true>, g, kMmaT, C::bytes, s, dim3(1, 1, static_cast<unsigned>(nsplit)), a,
+                     staged, seq_e0, nsplit, false, static_cast<float*>(nullptr), static_cast<float*>(nullptr), int64_t{0});
     DI_CUDA_LAUNCHED();
   } else {
     launch_attention(HC, a, s, [&](dim3 g, int nsplit, float* po, float* pml, int64_t q0) {

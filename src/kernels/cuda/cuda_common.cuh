@@ -50,6 +50,10 @@ namespace deepinfer::kernels::cuda {
   } while (0)
 
 bool pdl_enabled();
+// Whether split work adds up inside thread-block clusters (distributed shared memory) where a
+// launch offers it: the decode products' k segments, the decode attention's splits. Unless
+// DEEPINFER_CUDA_CLUSTER=0 (then through global memory: the same bits).
+bool clusters_enabled();
 
 // Lets kern use `bytes` of dynamic shared memory (the opt-in above 48 KiB): the kernel's limit on
 // this device is raised whenever a launch needs more than any before (a launch whose size grows

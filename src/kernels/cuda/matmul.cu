@@ -20,6 +20,14 @@ bool pdl_enabled() {
   return on;
 }
 
+bool clusters_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("DEEPINFER_CUDA_CLUSTER");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
 void opt_in_smem_bytes(const void* kern, size_t bytes) {
   struct Opted {
     const void* kern;

@@ -517,13 +517,6 @@ int64_t lay_out_parts(Bf16Gemm& p, int64_t BM = 16, int64_t BN = 64) {
 // Whether a product split into S segments adds them up inside clusters of S blocks (the split
 // decode tiling; sm_90): S from 2 to 16 (above 8 by the kernel's non-portable opt-in), unless
 // DEEPINFER_CUDA_CLUSTER=0. Otherwise through the workspace and tile counters (same bits).
-bool clusters_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("DEEPINFER_CUDA_CLUSTER");
-    return !(e && e[0] == '0');
-  }();
-  return on;
-}
 template <class... KArgs>
 bool gemm_clusters(void (*kern)(KArgs...), int S) {
   if (!clusters_enabled() || S < 2 || S > 16) return false;
