@@ -205,6 +205,13 @@ struct AttentionArgs {
   // backend that stages the entries (CUDA, bf16) copies; 0 = not given (it then assumes
   // n_seqs x (max_t_win + max_t_comp)). A value below the truth is an error.
   int64_t total_entries = 0;
+  // The queries' RoPE, applied in the call (null q_cos: q is already rotated): each query row t
+  // is read rotated by its angles (q_cos/q_sin [s, rope_dim / 2], rope()'s tables) on its heads'
+  // last rope_dim channels, q itself unchanged, and out is written with the inverse rotation on
+  // those channels: the bits of rope(q), the call, then rope(out, inverse).
+  const float* q_cos = nullptr;
+  const float* q_sin = nullptr;
+  int64_t rope_dim = 0;
 };
 
 // Independent copies in one op (e.g. every sequence's new window entries into its ring).

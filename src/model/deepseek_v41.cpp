@@ -398,7 +398,7 @@ void DeepseekV41::attention_in(int64_t l, Scratch& s, int64_t n) {
   const auto& c = cfg_;
   const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
   const AttentionWeights& A = L.attn;
-  const int64_t H = c.num_attention_heads, hd = c.head_dim, ratio = c.ratio(l);
+  const int64_t hd = c.head_dim, ratio = c.ratio(l);
   mhc_site(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, s.a_pre.data(), s.a_post.data(), s.a_comb.data(), s.pre.data(),
            L.attn_norm, s, n);
   const float* xn = s.xn.data();
@@ -424,9 +424,9 @@ void DeepseekV41::attention_in(int64_t l, Scratch& s, int64_t n) {
        .eps = eps, .kind = FakeQuant::kFp8Pow2}};
   be_.norm_rope_quant({.items = finish, .n = 2});
   // The queries and the indexer's queries (index sources) from the normalised low rank.
+  // (The queries' RoPE, and its inverse on the output, are the attention call's.)
   if (idx_src) linears(qr.data(), n, {{&A.wq_b, s.q.data()}, {&A.i_wq_b, s.iq.data()}});
   else linear(qr.data(), n, A.wq_b, s.q.data());
-  rope_rows(s.q.data(), n, H, hd, cs, sn, false);
   // Indexer queries and head weights (index sources); the compressor's projections (KV
   // sources) are sliced per sequence by the attention.
   if (idx_src) {
@@ -442,9 +442,7 @@ void DeepseekV41::attention_out_and_ffn(int64_t l, Scratch& s, int64_t n) {
   const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
   const AttentionWeights& A = L.attn;
   const int64_t D = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads, hd = c.head_dim;
-  const auto [cs, sn] = rope_of(l, s);
-  // Remove the query's rotation from the output, then the grouped low-rank projection.
-  rope_rows(s.o.data(), n, H, hd, cs, sn, true);
+  // The grouped low-rank projection of the output (the attention removed the query's rotation).
   const int64_t G = c.o_groups, gw = H * hd / G, olr = c.o_lora_rank;
   kernels::Buf<float> z(be_, n * G * olr);
   be_.matmul({.x = s.o.data(), .w = A.wo_a, .y = z.data(), .m = n, .n = olr, .k = gw, .ldx = H * hd, .ldy = G * olr,
@@ -700,7 +698,8 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
                    .seqs = st.at<kernels::AttentionSeq>(seqs_at), .q_seq = st.at<int32_t>(q_seq_at),
                    .n_seqs = static_cast<int64_t>(seqs.size()),
                    .max_t_win = max_t_win, .max_t_comp = max_t_comp, .max_selected = c.index_topk,
-                   .total_entries = total_entries});
+                   .total_entries = total_entries, .q_cos = rope_of(l, s).first, .q_sin = rope_of(l, s).second,
+                   .rope_dim = c.qk_rope_head_dim});
   }
   // Every ring keeps its last window-1 entries (a packed ring's new codes and scales were copied
   // in above).

@@ -237,3 +237,64 @@ TEST(CudaFused, NormRopeQuantGivesTheThreeOpsBits) {
     }
   }
 }
+
+// Attention with the queries' RoPE in the call (AttentionArgs.q_cos): bitwise rope(q), the call,
+// rope(out, inverse) on the same backend. bf16 tensor-core launches: one query at the released
+// shape (5 splits: a cluster merging them), window only (one split), three queries (5 splits
+// merged by the combine kernel), 96 (folded); the float32 backend (its rotations around the
+// call). q must come back unchanged.
+TEST(CudaFused, AttentionRotatesQueriesAndOutputAsRopeDoes) {
+  auto bf16 = make_cuda_backend(0, Precision::kBF16);
+  auto f32 = make_cuda_backend(0);
+  struct Case {
+    Backend* be;
+    int64_t S, t_comp;
+    const char* what;
+  };
+  const int64_t H = 64, hd = 512, rd = 64, window = 128, cached = 127;
+  for (const Case& c : {Case{bf16.get(), 1, 2048, "bf16, 1 query"}, Case{bf16.get(), 1, 0, "bf16, 1 query, window only"},
+                        Case{bf16.get(), 3, 2048, "bf16, 3 queries"}, Case{bf16.get(), 96, 2048, "bf16, 96 queries"},
+                        Case{f32.get(), 3, 2048, "float32, 3 queries"}}) {
+    std::mt19937 g(900 + static_cast<uint32_t>(c.S + c.t_comp));
+    const int64_t S = c.S, tw = cached + S, tc = std::max<int64_t>(c.t_comp, 1);
+    std::vector<int64_t> qpos(static_cast<size_t>(S)), wpos(static_cast<size_t>(tw));
+    for (int64_t i = 0; i < S; ++i) qpos[static_cast<size_t>(i)] = 5000 + i;
+    for (int64_t i = 0; i < tw; ++i) wpos[static_cast<size_t>(i)] = 5000 - cached + i;
+    std::vector<uint8_t> sel(static_cast<size_t>(S * tc), 0);
+    std::uniform_int_distribution<int64_t> pick(0, tc - 1);
+    for (int64_t s = 0; s < S && c.t_comp; ++s)
+      for (int j = 0; j < 512; ++j) sel[static_cast<size_t>(s * tc + pick(g))] = 1;
+    std::vector<float> cs(static_cast<size_t>(S * rd / 2)), sn(cs.size());
+    std::uniform_real_distribution<float> ang(-3.0f, 3.0f);
+    for (size_t i = 0; i < cs.size(); ++i) {
+      const float th = ang(g);
+      cs[i] = std::cos(th);
+      sn[i] = std::sin(th);
+    }
+    const auto q = randn(static_cast<size_t>(S * H * hd), 910, 1.5f);
+    Dev<float> dq(q), dq_rot(q), dwin(randn(static_cast<size_t>(tw * hd), 911)), dcomp(randn(static_cast<size_t>(tc * hd), 912)),
+        dsink(randn(static_cast<size_t>(H), 913)), dcs(cs), dsn(sn), out_sep(q.size()), out_fused(q.size());
+    Dev<int64_t> dqpos(qpos), dwpos(wpos);
+    Dev<uint8_t> dsel(sel);
+    AttentionArgs a{.q = dq_rot.p, .q_pos = dqpos.p, .win = dwin.p, .win_pos = dwpos.p, .comp = c.t_comp ? dcomp.p : nullptr,
+                    .comp_sel = c.t_comp ? dsel.p : nullptr, .sink = dsink.p, .out = out_sep.p, .s = S, .heads = H,
+                    .head_dim = hd, .t_win = tw, .t_comp = c.t_comp, .window = window, .scale = 0.044f, .max_selected = 512};
+    const RopeArgs r{.x = dq_rot.p, .cos = dcs.p, .sin = dsn.p, .rows = S, .heads = H, .head_dim = hd, .rope_dim = rd};
+    c.be->rope(r);
+    c.be->attention(a);
+    RopeArgs back = r;
+    back.x = out_sep.p;
+    back.inverse = true;
+    c.be->rope(back);
+    a.q = dq.p;
+    a.out = out_fused.p;
+    a.q_cos = dcs.p;
+    a.q_sin = dsn.p;
+    a.rope_dim = rd;
+    c.be->attention(a);
+    c.be->synchronize();
+    EXPECT_TRUE(same(out_sep.get(), out_fused.get())) << c.what;
+    EXPECT_TRUE(same(dq.get(), q)) << c.what << ": q changed";
+    EXPECT_FALSE(same(dq_rot.get(), q)) << c.what << ": the rotation did nothing";
+  }
+}

@@ -139,6 +139,36 @@ TEST(Ops, AttentionWindowCompressedAndSink) {
     }
 }
 
+// The queries' RoPE in the call: bitwise rope(q), attention, rope(out, inverse); q unchanged.
+TEST(Ops, AttentionWithRopeIsRopeAttentionRope) {
+  auto be = kernels::make_cpu_backend(2);
+  const int64_t s = 3, H = 2, d = 16, rd = 8, tw = 5, tc = 4, W = 3;
+  const auto q = randn(s * H * d, 17), win = randn(tw * d, 18), comp = randn(tc * d, 19), th = randn(s * rd / 2, 20, 2.0f);
+  std::vector<float> cs(th.size()), sn(th.size());
+  for (size_t i = 0; i < th.size(); ++i) {
+    cs[i] = std::cos(th[i]);
+    sn[i] = std::sin(th[i]);
+  }
+  std::vector<int64_t> qpos = {2, 3, 4}, wpos = {0, 1, 2, 3, 4};
+  std::vector<uint8_t> sel = {1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0};
+  std::vector<float> sink = {0.3f, -1.0f}, sep(s * H * d), fused(s * H * d), q_rot = q, q_in = q;
+  kernels::AttentionArgs a{.q = q_rot.data(), .q_pos = qpos.data(), .win = win.data(), .win_pos = wpos.data(), .comp = comp.data(),
+                           .comp_sel = sel.data(), .sink = sink.data(), .out = sep.data(), .s = s, .heads = H, .head_dim = d,
+                           .t_win = tw, .t_comp = tc, .window = W, .scale = 0.35f};
+  be->rope({.x = q_rot.data(), .cos = cs.data(), .sin = sn.data(), .rows = s, .heads = H, .head_dim = d, .rope_dim = rd});
+  be->attention(a);
+  be->rope({.x = sep.data(), .cos = cs.data(), .sin = sn.data(), .rows = s, .heads = H, .head_dim = d, .rope_dim = rd, .inverse = true});
+  a.q = q_in.data();
+  a.out = fused.data();
+  a.q_cos = cs.data();
+  a.q_sin = sn.data();
+  a.rope_dim = rd;
+  be->attention(a);
+  EXPECT_EQ(std::memcmp(sep.data(), fused.data(), sep.size() * sizeof(float)), 0);
+  EXPECT_EQ(q_in, q);
+  EXPECT_NE(q_rot, q);
+}
+
 TEST(Ops, TopkDropsNegInfAndBreaksTiesByIndex) {
   auto be = kernels::make_cpu_backend(1);
   std::vector<float> sc = {1.0f, -kInf, 3.0f, 1.0f, 1.0f, -kInf};

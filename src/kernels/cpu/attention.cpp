@@ -13,9 +13,16 @@ void attention(core::ThreadPool& pool, const AttentionArgs& a) {
   pool.parallel_for(a.s * a.heads, [&](int64_t i0, int64_t i1) {
     std::vector<float> logit;
     std::vector<const float*> val;
+    std::vector<float> q_rot(a.q_cos ? static_cast<size_t>(d) : 0);
+    const int64_t half = a.rope_dim / 2;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / a.heads, h = i % a.heads;
       const float* q = a.q + i * d;
+      if (a.q_cos) {  // the query rotated (rope()'s arithmetic), the output rotated back below
+        std::copy(q, q + d, q_rot.begin());
+        rope_pairs(q_rot.data() + d - a.rope_dim, a.q_cos + t * half, a.q_sin + t * half, a.rope_dim, false);
+        q = q_rot.data();
+      }
       const int64_t p = a.q_pos[t];
       // The query's entries: the call's, or its sequence's in a multi-sequence call.
       AttentionSeq e{a.win, a.win_pos, a.comp, a.comp_sel ? a.comp_sel + t * a.t_comp : nullptr, a.t_win, a.t_comp, 0};
@@ -56,6 +63,7 @@ void attention(core::ThreadPool& pool, const AttentionArgs& a) {
         const float* v = val[j];
         for (int64_t c = 0; c < d; ++c) o[c] += w * v[c];
       }
+      if (a.q_cos) rope_pairs(o + d - a.rope_dim, a.q_cos + t * half, a.q_sin + t * half, a.rope_dim, true);
     }
   }, 1);
 }

@@ -16,6 +16,17 @@ namespace deepinfer::kernels::cpu {
 // Dot product with 16 lane accumulators and a fixed tree reduction.
 float dot(const float* a, const float* b, int64_t k);
 
+// The rotation of `rope_dim` channels at x (interleaved pairs) by angles (c, s), s negated for
+// the inverse: rope() and attention()'s on-the-fly RoPE share it.
+inline void rope_pairs(float* x, const float* c, const float* s, int64_t rope_dim, bool inverse) {
+  for (int64_t i = 0; i < rope_dim / 2; ++i) {
+    const float sn = inverse ? -s[i] : s[i];
+    const float e = x[2 * i], o = x[2 * i + 1];
+    x[2 * i] = e * c[i] - o * sn;
+    x[2 * i + 1] = e * sn + o * c[i];
+  }
+}
+
 void matmul(core::ThreadPool& pool, const MatmulArgs& a);
 void rms_norm(core::ThreadPool& pool, const RmsNormArgs& a);
 void rope(core::ThreadPool& pool, const RopeArgs& a);

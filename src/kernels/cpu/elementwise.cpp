@@ -24,15 +24,7 @@ void rope(core::ThreadPool& pool, const RopeArgs& a) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* c = a.cos + r * half;
       const float* s = a.sin + r * half;
-      for (int64_t h = 0; h < a.heads; ++h) {
-        float* x = a.x + (r * a.heads + h) * a.head_dim + off;
-        for (int64_t i = 0; i < half; ++i) {
-          float sn = a.inverse ? -s[i] : s[i];
-          float e = x[2 * i], o = x[2 * i + 1];
-          x[2 * i] = e * c[i] - o * sn;
-          x[2 * i + 1] = e * sn + o * c[i];
-        }
-      }
+      for (int64_t h = 0; h < a.heads; ++h) rope_pairs(a.x + (r * a.heads + h) * a.head_dim + off, c, s, a.rope_dim, a.inverse);
     }
   }, 4);
 }

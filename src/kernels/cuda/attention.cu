@@ -444,17 +444,28 @@ __device__ __forceinline__ float merge_term(float acc, float f_old, float v, flo
   return __fadd_rn(__fmul_rn(acc, f_old), __fmul_rn(v, f_new));
 }
 
+// Output channels (col, col + 1) (col even) of query t as stored: rotated back by the query's
+// angles when the call carries the queries' RoPE (AttentionArgs.q_cos; rope_k's inverse).
+__device__ __forceinline__ float2 out_pair(const AttentionArgs& a, int64_t t, int64_t col, float e, float o) {
+  const int64_t r0 = a.head_dim - a.rope_dim;
+  if (a.q_cos && col >= r0) {
+    const int64_t half = a.rope_dim / 2, p = t * half + (col - r0) / 2;
+    rope_pair(e, o, a.q_cos[p], -a.q_sin[p]);
+  }
+  return make_float2(e, o);
+}
+
 // Merges the splits' partial softmaxes in split order from split 0's (which holds the sink: m
 // finite); empty splits (m = -inf) are skipped, so a query whose entries fit one segment gets
-// exactly the unsplit kernel's o / l.
+// exactly the unsplit kernel's o / l. A thread per pair of channels.
 __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* part_o, const float* part_ml, int64_t t_base) {
   DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t D = a.head_dim;
-  if (i >= a.s * a.heads * D) return;
-  const int64_t d = i % D, sh = i / D, t = sh / a.heads, hh = sh % a.heads;
+  if (i >= a.s * a.heads * D / 2) return;
+  const int64_t d = 2 * i % D, sh = 2 * i / D, t = sh / a.heads, hh = sh % a.heads;
   const int64_t r0 = t * nsplit * a.heads + hh;
-  float M = part_ml[r0 * 2], L = part_ml[r0 * 2 + 1], O = part_o[r0 * D + d];
+  float M = part_ml[r0 * 2], L = part_ml[r0 * 2 + 1], O0 = part_o[r0 * D + d], O1 = part_o[r0 * D + d + 1];
   for (int k = 1; k < nsplit; ++k) {
     const int64_t r = (t * nsplit + k) * a.heads + hh;
     const float m = part_ml[r * 2];
@@ -462,9 +473,10 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
     float fo, fn;
     merge_scale(M, m, fo, fn);
     L = merge_term(L, fo, part_ml[r * 2 + 1], fn);
-    O = merge_term(O, fo, part_o[r * D + d], fn);
+    O0 = merge_term(O0, fo, part_o[r * D + d], fn);
+    O1 = merge_term(O1, fo, part_o[r * D + d + 1], fn);
   }
-  a.out[t_base * a.heads * D + i] = O / L;
+  *reinterpret_cast<float2*>(a.out + (t_base * a.heads + sh) * D + d) = out_pair(a, t_base + t, d, O0 / L, O1 / L);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -489,6 +501,7 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
 // combine's arithmetic (merge_scale / merge_term) in the combine kernel or, folding, in the
 // CTA, so a query's arithmetic depends only on its own entries.
 constexpr int kMmaTile = 64, kMmaWarps = 8, kMmaT = kMmaWarps * 32, kMmaListCap = 2048;
+constexpr size_t kMaxSmemPerBlock = 227 * 1024;  // sm_90's opt-in limit
 
 template <int D, int HC>
 struct MmaCfg {
@@ -570,10 +583,10 @@ __global__ void __launch_bounds__(kMmaT, 1)
   auto* s_s = reinterpret_cast<float*>(smem_raw + C::sOff);
   auto* s_list = reinterpret_cast<int*>(smem_raw + C::listOff);
   auto* s_scan = reinterpret_cast<int*>(smem_raw + C::scanOff);
-  // cluster: this split's o [HC][D / DS] and (m, l) [HC][2], over the tiles once they are done.
-  static_assert(size_t{HC} * (D / DS + 2) * 4 <= C::sOff - C::kOff, "a split's state fits the tiles");
-  auto* s_co = reinterpret_cast<float*>(smem_raw + C::kOff);
-  float* s_cml = s_co + HC * (D / DS);
+  // CL: split 0's CTA has, past C::bytes, a slot per other split (kMergeSlot floats: its o
+  // [HC][D / DS], then (m, l) [HC][2]), which that split's CTA stores into.
+  constexpr int kSlotO = HC * (D / DS), kMergeSlot = kSlotO + 2 * HC;
+  float* merge_slots = reinterpret_cast<float*>(smem_raw + C::bytes);
 
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, mt = w % MT, grp = w / MT, quad = lane & 3;
   const int64_t tl = blockIdx.x, t = t_base + tl;
@@ -590,10 +603,16 @@ __global__ void __launch_bounds__(kMmaT, 1)
   for (int idx = tid; idx < HC * C4; idx += T) {
     const int h = idx / C4, c4 = idx - h * C4;
     const int64_t hh = h0 + h;
-    const float4 v = hh < heads ? *reinterpret_cast<const float4*>(a.q + (t * heads + hh) * D + c4 * 4)
-                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 v = hh < heads ? *reinterpret_cast<const float4*>(a.q + (t * heads + hh) * D + c4 * 4)
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (a.q_cos && c4 * 4 >= D - a.rope_dim) {  // the query's RoPE (rope_k's arithmetic; rope_dim % 4 == 0)
+      const int64_t half = a.rope_dim / 2, p = t * half + (c4 * 4 - (D - a.rope_dim)) / 2;
+      rope_pair(v.x, v.y, a.q_cos[p], a.q_sin[p]);
+      rope_pair(v.z, v.w, a.q_cos[p + 1], a.q_sin[p + 1]);
+    }
     st_bf16x4(s_q + h * QS + c4 * 4, v);
   }
+
   const int r0 = mt * 16 + (lane >> 2);
   // f(j, hr, head, first channel) for each of this thread's output pairs: fragment j, row r0 + 8 hr.
   auto each_out = [&](auto&& f) {
@@ -614,9 +633,10 @@ __global__ void __launch_bounds__(kMmaT, 1)
     if (vl.n_list == 0 && split > 0) {  // an empty segment: m = -inf, skipped by the merge
       if (fold) continue;
       if constexpr (CL) {
-        for (int h = tid; h < HC; h += T) s_cml[2 * h] = -INFINITY;
-        cg::this_cluster().sync();
-        cg::this_cluster().sync();
+        cg::cluster_group cl = cg::this_cluster();
+        float* slot = cl.map_shared_rank(merge_slots, 0u) + (split - 1) * kMergeSlot;
+        for (int h = tid; h < HC; h += T) slot[kSlotO + 2 * h] = -INFINITY;
+        cl.sync();
         return;
       }
       if (c0 == 0) store_split_ml<T>(part_ml, tl, nsplit, split, heads, h0, HC, nullptr, nullptr);
@@ -791,54 +811,56 @@ __global__ void __launch_bounds__(kMmaT, 1)
       continue;
     }
     if constexpr (CL) {
-      // The query's splits are one cluster (split = rank): each leaves its state in its own
-      // shared memory, and split 0's CTA merges the others' into its registers in split order,
-      // by the combine kernel's arithmetic, then writes o / l.
-      __syncthreads();  // every warp done with the tiles
-      each_out([&](int j, int hr, int64_t, int col) {
-        *reinterpret_cast<float2*>(s_co + (r0 + 8 * hr) * (D / DS) + col - c0) = make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
-      });
-      if (grp == 0 && quad == 0)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          s_cml[2 * (r0 + 8 * hr)] = m[hr];
-          s_cml[2 * (r0 + 8 * hr) + 1] = l[hr];
-        }
+      // The query's splits are one cluster (split = rank): the others store their state into
+      // split 0's slots (distributed shared memory) and arrive; split 0's CTA, past the barrier,
+      // merges them into its registers in split order by the combine kernel's arithmetic, then
+      // writes o / l. One barrier; split 0's reads are its own shared memory.
       cg::cluster_group cl = cg::this_cluster();
-      cl.sync();
-      if (split == 0)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int row = r0 + 8 * hr;
-          if (h0 + row >= heads) continue;
-          float M = m[hr], L = l[hr];
-          for (int k = 1; k < nsplit; ++k) {
-            const float* rml = cl.map_shared_rank(s_cml, static_cast<unsigned>(k));
-            const float mk = rml[2 * row];
-            if (mk == -INFINITY) continue;
-            const float* ro = cl.map_shared_rank(s_co, static_cast<unsigned>(k)) + row * (D / DS);
-            float fo, fn;
-            merge_scale(M, mk, fo, fn);
-            L = merge_term(L, fo, rml[2 * row + 1], fn);
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-              const float2 v = *reinterpret_cast<const float2*>(ro + grp * DC + j * 8 + quad * 2);
-              o[j][2 * hr] = merge_term(o[j][2 * hr], fo, v.x, fn);
-              o[j][2 * hr + 1] = merge_term(o[j][2 * hr + 1], fo, v.y, fn);
-            }
-          }
-          l[hr] = L;
-        }
-      if (split == 0)
-        each_out([&](int j, int hr, int64_t hh, int col) {
-          *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
+      if (split > 0) {
+        float* slot = cl.map_shared_rank(merge_slots, 0u) + (split - 1) * kMergeSlot;
+        each_out([&](int j, int hr, int64_t, int col) {
+          *reinterpret_cast<float2*>(slot + (r0 + 8 * hr) * (D / DS) + col - c0) = make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
         });
-      cl.sync();  // the others' shared memory stays until split 0 has read it
+        if (grp == 0 && quad == 0)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            slot[kSlotO + 2 * (r0 + 8 * hr)] = m[hr];
+            slot[kSlotO + 2 * (r0 + 8 * hr) + 1] = l[hr];
+          }
+        cl.sync();
+        return;
+      }
+      cl.sync();
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = r0 + 8 * hr;
+        if (h0 + row >= heads) continue;
+        float M = m[hr], L = l[hr];
+        for (int k = 1; k < nsplit; ++k) {
+          const float* slot = merge_slots + (k - 1) * kMergeSlot;
+          const float mk = slot[kSlotO + 2 * row];
+          if (mk == -INFINITY) continue;
+          const float* ro = slot + row * (D / DS);
+          float fo, fn;
+          merge_scale(M, mk, fo, fn);
+          L = merge_term(L, fo, slot[kSlotO + 2 * row + 1], fn);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const float2 v = *reinterpret_cast<const float2*>(ro + grp * DC + j * 8 + quad * 2);
+            o[j][2 * hr] = merge_term(o[j][2 * hr], fo, v.x, fn);
+            o[j][2 * hr + 1] = merge_term(o[j][2 * hr + 1], fo, v.y, fn);
+          }
+        }
+        l[hr] = L;
+      }
+      each_out([&](int j, int hr, int64_t hh, int col) {
+        *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = out_pair(a, t, col, o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
+      });
       return;
     }
     each_out([&](int j, int hr, int64_t hh, int col) {
       if (nsplit == 1)
-        *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
+        *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = out_pair(a, t, col, o[j][2 * hr] / l[hr], o[j][2 * hr + 1] / l[hr]);
       else
         *reinterpret_cast<float2*>(part_o + ((tl * nsplit + split) * heads + hh) * D + col) =
             make_float2(o[j][2 * hr], o[j][2 * hr + 1]);
@@ -855,7 +877,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
   }  // splits
   if (fold)
     each_out([&](int j, int hr, int64_t hh, int col) {
-      *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = make_float2(Ot[j][2 * hr] / Lt[hr], Ot[j][2 * hr + 1] / Lt[hr]);
+      *reinterpret_cast<float2*>(a.out + (t * heads + hh) * D + col) = out_pair(a, t, col, Ot[j][2 * hr] / Lt[hr], Ot[j][2 * hr + 1] / Lt[hr]);
     });
 }
 // Segments of a launch: enough for the most entries a query can see (its window plus every
@@ -893,8 +915,8 @@ void launch_attention(int heads_per_cta, const AttentionArgs& a, cudaStream_t s,
     DI_CUDA_LAUNCHED();
     AttentionArgs g = a;
     g.s = n;
-    const int64_t total = n * a.heads * a.head_dim;
-    launch_k(attention_combine_k, static_cast<unsigned>(ceil_div(total, 256)), 256, 0, s, g, nsplit, part_o, part_ml, q0);
+    const int64_t pairs = n * a.heads * a.head_dim / 2;
+    launch_k(attention_combine_k, static_cast<unsigned>(ceil_div(pairs, 256)), 256, 0, s, g, nsplit, part_o, part_ml, q0);
     DI_CUDA_LAUNCHED();
   }
   DI_CUDA_CHECK(cudaFreeAsync(part_o, s));
@@ -931,13 +953,17 @@ void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s, bool fold =
     launch_k(attention_mma_k<D, HC, DS>, g, kMmaT, C::bytes, s, a, staged, seq_e0, attention_splits(a), true,
              static_cast<float*>(nullptr), static_cast<float*>(nullptr), int64_t{0});
     DI_CUDA_LAUNCHED();
-  } else if (const int nsplit = attention_splits(a); HC <= 32 && nsplit > 1 && nsplit <= 8 && clusters_enabled()) {
+  } else if (const int nsplit = attention_splits(a);
+             HC <= 32 && nsplit > 1 && nsplit <= 8 && clusters_enabled() &&
+             C::bytes + size_t(nsplit - 1) * HC * (D / DS + 2) * 4 <= kMaxSmemPerBlock) {
     // Each query's splits one cluster of CTAs (up to 32 heads per CTA: the decode launches),
-    // merged by split 0's: no partial sums in global memory, no combine launch.
+    // merged by split 0's, which holds the others' states: no partial sums in global memory,
+    // no combine launch.
     constexpr int HCL = HC <= 32 ? HC : 32;  // (instantiated only where taken)
+    const size_t smem = C::bytes + size_t(nsplit - 1) * HC * (D / DS + 2) * 4;
     const dim3 g(static_cast<unsigned>(a.s), static_cast<unsigned>(ceil_div(a.heads, HC) * DS), static_cast<unsigned>(nsplit));
-    opt_in_smem(attention_mma_k<D, HCL, DS, true>, C::bytes);
-    launch_k_cluster(attention_mma_k<D, HCL, DS, true>, g, kMmaT, C::bytes, s, dim3(1, 1, static_cast<unsigned>(nsplit)), a,
+    opt_in_smem(attention_mma_k<D, HCL, DS, true>, smem);
+    launch_k_cluster(attention_mma_k<D, HCL, DS, true>, g, kMmaT, smem, s, dim3(1, 1, static_cast<unsigned>(nsplit)), a,
                      staged, seq_e0, nsplit, false, static_cast<float*>(nullptr), static_cast<float*>(nullptr), int64_t{0});
     DI_CUDA_LAUNCHED();
   } else {
@@ -994,7 +1020,30 @@ void attention(const AttentionArgs& a, bool bf16, cudaStream_t s) {
                                             a.t_win + (comp ? a.t_comp : 0) < (int64_t{1} << 30);
   const bool fast = !legacy_forced() && aligned16(a.q) && aligned16(a.out) && entries_aligned &&
                     ceil_div(a.heads, kAttnHeads) <= 65535;
-  if (fast && bf16 && ceil_div(a.heads, 16) <= 65535 && (a.seqs ? a.n_seqs : 1) <= 65535) {
+  const bool mma = fast && bf16 && ceil_div(a.heads, 16) <= 65535 && (a.seqs ? a.n_seqs : 1) <= 65535 &&
+                   (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256 || a.head_dim == 512);
+  if (a.q_cos && (!mma || a.rope_dim % 4 != 0 || a.rope_dim > a.head_dim)) {
+    // The queries' RoPE as rope() would do it, around a call without it: q rotated in a copy,
+    // the output rotated back in place. (The tensor-core kernel rotates on the fly.)
+    const int64_t n = a.s * a.heads * a.head_dim;
+    float* q = nullptr;
+    DI_CUDA_CHECK(cudaMallocAsync(&q, static_cast<size_t>(n) * sizeof(float), s));
+    DI_CUDA_CHECK(cudaMemcpyAsync(q, a.q, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    const RopeArgs r{.x = q, .cos = a.q_cos, .sin = a.q_sin, .rows = a.s, .heads = a.heads, .head_dim = a.head_dim,
+                     .rope_dim = a.rope_dim};
+    rope(r, s);
+    AttentionArgs b = a;
+    b.q = q;
+    b.q_cos = b.q_sin = nullptr;
+    attention(b, bf16, s);
+    RopeArgs back = r;
+    back.x = a.out;
+    back.inverse = true;
+    rope(back, s);
+    DI_CUDA_CHECK(cudaFreeAsync(q, s));
+    return;
+  }
+  if (mma) {
     switch (a.head_dim) {
       case 64: return launch_attention_mma<64>(a, s);
       case 128: return launch_attention_mma<128>(a, s);

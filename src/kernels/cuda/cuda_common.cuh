@@ -106,6 +106,14 @@ void launch_k_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// One interleaved pair (e, o) rotated by (c, s): rounded products and sums, never contracted (the
+// CPU's arithmetic; rope_k, norm_rope_quant_k and the attention's on-the-fly RoPE share it).
+__device__ __forceinline__ void rope_pair(float& e, float& o, float c, float s) {
+  const float e0 = e, o0 = o;
+  e = __fsub_rn(__fmul_rn(e0, c), __fmul_rn(o0, s));
+  o = __fadd_rn(__fmul_rn(e0, s), __fmul_rn(o0, c));
+}
+
 __device__ inline float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

@@ -69,13 +69,6 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_v4_k(const float* x, co
   rms_norm_held(v, g, w != nullptr, dim, eps, reinterpret_cast<float4*>(y + r * dim));
 }
 
-// One interleaved pair (e, o) rotated by (c, s): rounded products and sums, never contracted (the
-// CPU's arithmetic; rope_k and norm_rope_quant_k share it).
-__device__ __forceinline__ void rope_pair(float& e, float& o, float c, float s) {
-  const float e0 = e, o0 = o;
-  e = __fsub_rn(__fmul_rn(e0, c), __fmul_rn(o0, s));
-  o = __fadd_rn(__fmul_rn(e0, s), __fmul_rn(o0, c));
-}
 __global__ void rope_k(float* x, const float* cs, const float* sn, int64_t rows, int64_t heads, int64_t head_dim,
                        int64_t rope_dim, bool inverse) {
   DI_PDL_ENTRY();
