@@ -345,7 +345,9 @@ void DeepseekV41::forward(std::span<SeqChunk> batch) {
     if (!in_ran) piece(s, l, 0, [&] { attention_in(l, s, rows); });
     attention(l, s);
     const bool next_in = graphed && l + 1 < c.num_hidden_layers && !w_.layers[static_cast<size_t>(l + 1)].has_engram;
-    if (next_in) size_layer(l + 1, s, rows);  // sizes only buffers attention_out_and_ffn does not read
+    // (Layer l + 1's sizes differ from l's only in buffers attention_out_and_ffn does not read;
+    // the ones it reads keep their sizes, and the padding rows of s.o stay zero.)
+    if (next_in) size_layer(l + 1, s, rows);
     piece(s, l, 1, [&] {
       attention_out_and_ffn(l, s, rows);
       if (next_in) attention_in(l + 1, s, rows);

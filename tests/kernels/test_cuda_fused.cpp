@@ -240,9 +240,10 @@ TEST(CudaFused, NormRopeQuantGivesTheThreeOpsBits) {
 
 // Attention with the queries' RoPE in the call (AttentionArgs.q_cos): bitwise rope(q), the call,
 // rope(out, inverse) on the same backend. bf16 tensor-core launches: one query at the released
-// shape (5 splits: a cluster merging them), window only (one split), three queries (5 splits
-// merged by the combine kernel), 96 (folded); the float32 backend (its rotations around the
-// call). q must come back unchanged.
+// shape (5 splits: a cluster merging them; and with 20 selected entries, three of the cluster's
+// segments empty), window only (one split), three queries (5 splits merged by the combine
+// kernel), 96 (folded); the float32 backend (its rotations around the call). q must come back
+// unchanged.
 TEST(CudaFused, AttentionRotatesQueriesAndOutputAsRopeDoes) {
   auto bf16 = make_cuda_backend(0, Precision::kBF16);
   auto f32 = make_cuda_backend(0);
@@ -250,9 +251,11 @@ TEST(CudaFused, AttentionRotatesQueriesAndOutputAsRopeDoes) {
     Backend* be;
     int64_t S, t_comp;
     const char* what;
+    int n_sel = 512;
   };
   const int64_t H = 64, hd = 512, rd = 64, window = 128, cached = 127;
-  for (const Case& c : {Case{bf16.get(), 1, 2048, "bf16, 1 query"}, Case{bf16.get(), 1, 0, "bf16, 1 query, window only"},
+  for (const Case& c : {Case{bf16.get(), 1, 2048, "bf16, 1 query"}, Case{bf16.get(), 1, 2048, "bf16, 1 query, 20 selected", 20},
+                        Case{bf16.get(), 1, 0, "bf16, 1 query, window only"},
                         Case{bf16.get(), 3, 2048, "bf16, 3 queries"}, Case{bf16.get(), 96, 2048, "bf16, 96 queries"},
                         Case{f32.get(), 3, 2048, "float32, 3 queries"}}) {
     std::mt19937 g(900 + static_cast<uint32_t>(c.S + c.t_comp));
@@ -263,7 +266,7 @@ TEST(CudaFused, AttentionRotatesQueriesAndOutputAsRopeDoes) {
     std::vector<uint8_t> sel(static_cast<size_t>(S * tc), 0);
     std::uniform_int_distribution<int64_t> pick(0, tc - 1);
     for (int64_t s = 0; s < S && c.t_comp; ++s)
-      for (int j = 0; j < 512; ++j) sel[static_cast<size_t>(s * tc + pick(g))] = 1;
+      for (int j = 0; j < c.n_sel; ++j) sel[static_cast<size_t>(s * tc + pick(g))] = 1;
     std::vector<float> cs(static_cast<size_t>(S * rd / 2)), sn(cs.size());
     std::uniform_real_distribution<float> ang(-3.0f, 3.0f);
     for (size_t i = 0; i < cs.size(); ++i) {

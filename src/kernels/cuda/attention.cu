@@ -6,7 +6,8 @@
 // double-buffered) and shared by all its heads: scores = Q·K_tileᵀ (Q in registers, the lanes
 // split the head dimension, a reduce-scatter across lanes and warps), an online softmax per
 // head started from the sink, then acc += P·V_tile (V = K: the same tile). Float32 FMA
-// throughout. The visible entries split at fixed segments, combined afterwards. The first
+// throughout. The visible entries split at fixed segments, combined afterwards (by a combine
+// kernel, or inside a cluster of the query's CTAs, or in the CTA that runs them all). The first
 // version (a warp per (query, head)) stays as the fallback for shapes the tiled kernel does
 // not cover (DEEPINFER_CUDA_LEGACY=1 forces it). On a bf16 backend the same CTA structure runs
 // on the tensor cores (attention_mma_k: bf16 mma.sync, float32 softmax and accumulation).
@@ -498,8 +499,9 @@ __global__ void attention_combine_k(AttentionArgs a, int nsplit, const float* pa
 // arithmetic and an output element one chain of mma steps over the entries whatever HC, so HC
 // changes the CTAs, never the bits: fewer heads per CTA spread a few queries over more SMs. The
 // visible-entry lists and segments are the float32 kernel's, and the splits merge by the
-// combine's arithmetic (merge_scale / merge_term) in the combine kernel or, folding, in the
-// CTA, so a query's arithmetic depends only on its own entries.
+// combine's arithmetic (merge_scale / merge_term) in the combine kernel, in split 0's CTA of a
+// cluster (CL: decode launches), or, folding, in the CTA, so a query's arithmetic depends only
+// on its own entries.
 constexpr int kMmaTile = 64, kMmaWarps = 8, kMmaT = kMmaWarps * 32, kMmaListCap = 2048;
 constexpr size_t kMaxSmemPerBlock = 227 * 1024;  // sm_90's opt-in limit
 
@@ -569,6 +571,9 @@ template <int D, int HC, int DS, bool CL = false>
 __global__ void __launch_bounds__(kMmaT, 1)
     attention_mma_k(AttentionArgs a, const __nv_bfloat16* entries, const int64_t* seq_e0, int nsplit, bool fold,
                     float* part_o, float* part_ml, int64_t t_base) {
+  // CL: the first phase of the cluster barrier, arrived at on entry and waited for before the
+  // first store into another CTA's shared memory (which exists once every CTA has started).
+  if constexpr (CL) asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
   DI_PDL_ENTRY();
   using C = MmaCfg<D, HC>;
   constexpr int TN = kMmaTile, T = kMmaT, QS = C::QS, SS = C::SS;
@@ -606,9 +611,9 @@ __global__ void __launch_bounds__(kMmaT, 1)
     float4 v = hh < heads ? *reinterpret_cast<const float4*>(a.q + (t * heads + hh) * D + c4 * 4)
                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (a.q_cos && c4 * 4 >= D - a.rope_dim) {  // the query's RoPE (rope_k's arithmetic; rope_dim % 4 == 0)
-      const int64_t half = a.rope_dim / 2, p = t * half + (c4 * 4 - (D - a.rope_dim)) / 2;
-      rope_pair(v.x, v.y, a.q_cos[p], a.q_sin[p]);
-      rope_pair(v.z, v.w, a.q_cos[p + 1], a.q_sin[p + 1]);
+      const int64_t half = a.rope_dim / 2, ai = t * half + (c4 * 4 - (D - a.rope_dim)) / 2;
+      rope_pair(v.x, v.y, a.q_cos[ai], a.q_sin[ai]);
+      rope_pair(v.z, v.w, a.q_cos[ai + 1], a.q_sin[ai + 1]);
     }
     st_bf16x4(s_q + h * QS + c4 * 4, v);
   }
@@ -634,6 +639,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
       if (fold) continue;
       if constexpr (CL) {
         cg::cluster_group cl = cg::this_cluster();
+        asm volatile("barrier.cluster.wait;\n" ::: "memory");  // every CTA started
         float* slot = cl.map_shared_rank(merge_slots, 0u) + (split - 1) * kMergeSlot;
         for (int h = tid; h < HC; h += T) slot[kSlotO + 2 * h] = -INFINITY;
         cl.sync();
@@ -816,6 +822,7 @@ __global__ void __launch_bounds__(kMmaT, 1)
       // merges them into its registers in split order by the combine kernel's arithmetic, then
       // writes o / l. One barrier; split 0's reads are its own shared memory.
       cg::cluster_group cl = cg::this_cluster();
+      asm volatile("barrier.cluster.wait;\n" ::: "memory");  // every CTA started (the entry's phase)
       if (split > 0) {
         float* slot = cl.map_shared_rank(merge_slots, 0u) + (split - 1) * kMergeSlot;
         each_out([&](int j, int hr, int64_t, int col) {
@@ -1022,12 +1029,20 @@ void attention(const AttentionArgs& a, bool bf16, cudaStream_t s) {
                     ceil_div(a.heads, kAttnHeads) <= 65535;
   const bool mma = fast && bf16 && ceil_div(a.heads, 16) <= 65535 && (a.seqs ? a.n_seqs : 1) <= 65535 &&
                    (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256 || a.head_dim == 512);
-  if (a.q_cos && (!mma || a.rope_dim % 4 != 0 || a.rope_dim > a.head_dim)) {
-    // The queries' RoPE as rope() would do it, around a call without it: q rotated in a copy,
-    // the output rotated back in place. (The tensor-core kernel rotates on the fly.)
+  if (a.q_cos && (a.rope_dim > a.head_dim || a.rope_dim % 2 != 0)) {
+    std::fprintf(stderr, "deepinfer: CUDA attention: RoPE over %lld of %lld channels\n", static_cast<long long>(a.rope_dim),
+                 static_cast<long long>(a.head_dim));
+    std::abort();
+  }
+  if (a.q_cos && (!mma || a.rope_dim % 4 != 0)) {
+    // The queries' RoPE as rope() would do it, around a call without it: q rotated in a copy
+    // (as aligned as q, so the call takes the kernel it would take on q), the output rotated
+    // back in place. (The tensor-core kernel rotates on the fly.)
     const int64_t n = a.s * a.heads * a.head_dim;
-    float* q = nullptr;
-    DI_CUDA_CHECK(cudaMallocAsync(&q, static_cast<size_t>(n) * sizeof(float), s));
+    const size_t shift = reinterpret_cast<uintptr_t>(a.q) % 16;
+    char* raw = nullptr;
+    DI_CUDA_CHECK(cudaMallocAsync(&raw, static_cast<size_t>(n) * sizeof(float) + 16, s));
+    float* q = reinterpret_cast<float*>(raw + shift);
     DI_CUDA_CHECK(cudaMemcpyAsync(q, a.q, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
     const RopeArgs r{.x = q, .cos = a.q_cos, .sin = a.q_sin, .rows = a.s, .heads = a.heads, .head_dim = a.head_dim,
                      .rope_dim = a.rope_dim};
@@ -1040,7 +1055,7 @@ void attention(const AttentionArgs& a, bool bf16, cudaStream_t s) {
     back.x = a.out;
     back.inverse = true;
     rope(back, s);
-    DI_CUDA_CHECK(cudaFreeAsync(q, s));
+    DI_CUDA_CHECK(cudaFreeAsync(raw, s));
     return;
   }
   if (mma) {

@@ -65,43 +65,42 @@ void opt_in_smem(void (*kern)(KArgs...), size_t bytes) {
 }
 
 // kern<<<grid, block, smem, s>>>(args...) as a programmatic dependent launch (kern must begin
-// with DI_PDL_ENTRY()); every launch of the backend goes through here.
+// with DI_PDL_ENTRY()), its blocks in clusters of *cluster when given; every launch of the
+// backend goes through here.
 template <class... KArgs, class... Args>
-void launch_k(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+void launch_k_with(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const dim3* cluster,
+                   Args&&... args) {
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster->x;
+    attr[n].val.clusterDim.y = cluster->y;
+    attr[n++].val.clusterDim.z = cluster->z;
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = n;
   DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...));
 }
-
+template <class... KArgs, class... Args>
+void launch_k(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+  launch_k_with(kern, grid, block, smem, s, nullptr, std::forward<Args>(args)...);
+}
 // The same, the blocks in clusters of `cluster` (sm_90: co-scheduled on one GPC, each block's
-// shared memory open to the others'); sizes above 8 need the kernel's non-portable opt-in
-// (cluster_opt_in).
+// shared memory open to the others'); sizes above 8 need the kernel's non-portable opt-in.
 template <class... KArgs, class... Args>
 void launch_k_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, dim3 cluster,
                       Args&&... args) {
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster.x;
-  attr[0].val.clusterDim.y = cluster.y;
-  attr[0].val.clusterDim.z = cluster.z;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 2 : 1;
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...));
+  launch_k_with(kern, grid, block, smem, s, &cluster, std::forward<Args>(args)...);
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
