@@ -690,6 +690,7 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
   }
   {
     DI_CHECK(static_cast<int64_t>(seqs.size()) == live, "attention: sequences with rows miscounted");
+    const auto [cs, sn] = rope_of(l, s);  // the queries' RoPE, applied by the call
     st.set(seqs_at, seqs);
     st.set(q_seq_at, q_seq);
     st.upload();
@@ -700,8 +701,7 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
                    .seqs = st.at<kernels::AttentionSeq>(seqs_at), .q_seq = st.at<int32_t>(q_seq_at),
                    .n_seqs = static_cast<int64_t>(seqs.size()),
                    .max_t_win = max_t_win, .max_t_comp = max_t_comp, .max_selected = c.index_topk,
-                   .total_entries = total_entries, .q_cos = rope_of(l, s).first, .q_sin = rope_of(l, s).second,
-                   .rope_dim = c.qk_rope_head_dim});
+                   .total_entries = total_entries, .q_cos = cs, .q_sin = sn, .rope_dim = c.qk_rope_head_dim});
   }
   // Every ring keeps its last window-1 entries (a packed ring's new codes and scales were copied
   // in above).
