@@ -295,10 +295,7 @@ class CudaBackend final : public Backend {
   // The fused ops (one launch each where the shapes allow; DEEPINFER_CUDA_FUSED=0: the ops they
   // stand for, for comparisons).
   static bool fused() {
-    static const bool on = [] {
-      const char* e = std::getenv("DEEPINFER_CUDA_FUSED");
-      return !(e && e[0] == '0');
-    }();
+    static const bool on = cuda::env_switch_on("DEEPINFER_CUDA_FUSED");
     return on;
   }
   void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c) override {

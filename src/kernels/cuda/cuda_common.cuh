@@ -49,19 +49,22 @@ namespace deepinfer::kernels::cuda {
     DI_PDL_TRIGGER();  \
   } while (0)
 
+// An on/off setting from the environment: on unless `name` is set to 0 (callers keep the answer).
+bool env_switch_on(const char* name);
 bool pdl_enabled();
 // Whether split work adds up inside thread-block clusters (distributed shared memory) where a
 // launch offers it: the decode products' k segments, the decode attention's splits. Unless
 // DEEPINFER_CUDA_CLUSTER=0 (then through global memory: the same bits).
 bool clusters_enabled();
 
-// Lets kern use `bytes` of dynamic shared memory (the opt-in above 48 KiB): the kernel's limit on
-// this device is raised whenever a launch needs more than any before (a launch whose size grows
-// with its rows may come first with few; the backend runs on one thread).
-void opt_in_smem_bytes(const void* kern, size_t bytes);
+// Sets kern's function attribute `attr` on this device to `value` unless a value at least as
+// large was set before (a launch whose needs grow with its rows may come first with few; the
+// backend runs on one thread).
+void func_attr_at_least(const void* kern, cudaFuncAttribute attr, int value);
+// Lets kern use `bytes` of dynamic shared memory (the opt-in above 48 KiB).
 template <class... KArgs>
 void opt_in_smem(void (*kern)(KArgs...), size_t bytes) {
-  opt_in_smem_bytes(reinterpret_cast<const void*>(kern), bytes);
+  func_attr_at_least(reinterpret_cast<const void*>(kern), cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 
 // kern<<<grid, block, smem, s>>>(args...) as a programmatic dependent launch (kern must begin

@@ -12,36 +12,36 @@
 
 namespace deepinfer::kernels::cuda {
 
+bool env_switch_on(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && e[0] == '0');
+}
+
 bool pdl_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("DEEPINFER_CUDA_PDL");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = env_switch_on("DEEPINFER_CUDA_PDL");
   return on;
 }
 
 bool clusters_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("DEEPINFER_CUDA_CLUSTER");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = env_switch_on("DEEPINFER_CUDA_CLUSTER");
   return on;
 }
 
-void opt_in_smem_bytes(const void* kern, size_t bytes) {
-  struct Opted {
+void func_attr_at_least(const void* kern, cudaFuncAttribute attr, int value) {
+  struct Set {
     const void* kern;
     int dev;
-    size_t bytes;  // the limit set so far
+    cudaFuncAttribute attr;
+    int value;  // the value set so far
   };
-  static std::vector<Opted> opted;
+  static std::vector<Set> set;
   int dev = 0;
   DI_CUDA_CHECK(cudaGetDevice(&dev));
-  auto it = std::find_if(opted.begin(), opted.end(), [&](const Opted& o) { return o.kern == kern && o.dev == dev; });
-  if (it != opted.end() && it->bytes >= bytes) return;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  if (it == opted.end()) opted.push_back({kern, dev, bytes});
-  else it->bytes = bytes;
+  auto it = std::find_if(set.begin(), set.end(), [&](const Set& o) { return o.kern == kern && o.dev == dev && o.attr == attr; });
+  if (it != set.end() && it->value >= value) return;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kern, attr, value));
+  if (it == set.end()) set.push_back({kern, dev, attr, value});
+  else it->value = value;
 }
 
 namespace {

@@ -15,8 +15,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <utility>
-#include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemm_split.h"
@@ -520,14 +518,7 @@ int64_t lay_out_parts(Bf16Gemm& p, int64_t BM = 16, int64_t BN = 64) {
 template <class... KArgs>
 bool gemm_clusters(void (*kern)(KArgs...), int S) {
   if (!clusters_enabled() || S < 2 || S > 16) return false;
-  static std::vector<std::pair<const void*, int>> opted;  // (kernel, device) given the opt-in
-  int dev = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&dev));
-  const auto key = std::make_pair(reinterpret_cast<const void*>(kern), dev);
-  if (S > 8 && std::find(opted.begin(), opted.end(), key) == opted.end()) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    opted.push_back(key);
-  }
+  if (S > 8) func_attr_at_least(reinterpret_cast<const void*>(kern), cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   return true;
 }
 
@@ -552,11 +543,8 @@ void launch_gemm(Bf16Gemm p, cudaStream_t s) {
     int S = static_cast<int>(ceil_div(p.k, p.part_list[0].ks));
     for (int i = 1; i < p.parts; ++i) S = ceil_div(p.k, p.part_list[i].ks) == S ? S : 0;
     p.cluster = BM == 16 && tiles == 1 && gemm_clusters(kernel, S) ? S : 0;
-    if (p.cluster)
-      launch_k_cluster(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, dim3(static_cast<unsigned>(S), 1, 1), p,
-                       static_cast<int>(p.k));
-    else
-      launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, static_cast<int>(p.k));
+    const dim3 cluster(static_cast<unsigned>(S), 1, 1);
+    launch_k_with(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p.cluster ? &cluster : nullptr, p, static_cast<int>(p.k));
     DI_CUDA_LAUNCHED();
     return;
   }
@@ -578,10 +566,8 @@ void launch_gemm(Bf16Gemm p, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(cols), static_cast<unsigned>(tiles), static_cast<unsigned>(p.groups * (p.part ? S : 1)));
   // A split in the decode tiling: a tile's segments are consecutive in grid z, one cluster.
   p.cluster = BM == 16 && p.part && gemm_clusters(kernel, S) ? S : 0;
-  if (p.cluster)
-    launch_k_cluster(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, dim3(1, 1, static_cast<unsigned>(S)), p, ks);
-  else
-    launch_k(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p, ks);
+  const dim3 cluster(1, 1, static_cast<unsigned>(S));
+  launch_k_with(kernel, grid, WARPS_M * WARPS_N * 32, smem, s, p.cluster ? &cluster : nullptr, p, ks);
   DI_CUDA_LAUNCHED();
 }
 
@@ -659,10 +645,7 @@ int64_t rows_per_tile(const Bf16Gemm& p) {
 }  // namespace
 
 bool wgmma_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("DEEPINFER_CUDA_WGMMA");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = env_switch_on("DEEPINFER_CUDA_WGMMA");
   return on;
 }
 
