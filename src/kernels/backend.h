@@ -168,12 +168,17 @@ struct HcExpandArgs {
 
 // One sequence's entries in a multi-sequence attention call (AttentionArgs.seqs).
 struct AttentionSeq {
-  const float* win = nullptr;          // [t_win, head_dim] its window entries
+  const float* win = nullptr;          // [t_win, head_dim] its window entries (float windows)
   const int64_t* win_pos = nullptr;    // [t_win]
   const float* comp = nullptr;         // [t_comp, head_dim] its compressed entries (may be null)
   const uint8_t* comp_sel = nullptr;   // [its query rows, t_comp] (may be null)
   int64_t t_win = 0, t_comp = 0;
   int64_t q0 = 0;                      // its first query row
+  // Packed windows (AttentionArgs.win_block > 0): the window entries as stored in a window ring,
+  // FakeQuant::kFp8Pow2 codes [t_win, head_dim] and scales [t_win, head_dim / win_block] (the
+  // values dequant_packed gives), in place of win.
+  const uint8_t* win_codes = nullptr;
+  const uint8_t* win_scales = nullptr;
 };
 
 // Shared-latent attention (K = V) over a sliding window plus selected compressed entries,
@@ -196,6 +201,10 @@ struct AttentionArgs {
   const AttentionSeq* seqs = nullptr;  // [n_seqs]
   const int32_t* q_seq = nullptr;      // [s]
   int64_t n_seqs = 0;
+  // Several sequences: 0 = their windows are float rows (AttentionSeq.win); > 0 = packed
+  // (AttentionSeq.win_codes / win_scales), one scale per win_block channels (head_dim a multiple
+  // of it). The bits are those of the call on the dequantised windows.
+  int64_t win_block = 0;
   int64_t max_t_win = 0, max_t_comp = 0;  // the largest over the sequences (launch sizing)
   // At most this many compressed entries are selected per query (the indexer's top-k): launch
   // sizing only, 0 = up to t_comp. A bound below the truth never drops entries, but the rows'

@@ -601,9 +601,9 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
   const kernels::Buf<float>& iq = s.iq;
   const kernels::Buf<float>& iw = s.iw;
 
-  // Window entries of every sequence (cached ring rows, then this chunk's) gathered into one
-  // buffer; the compressed branch runs sequence by sequence; then one attention call covers
-  // every query, each seeing its own sequence's entries; then every ring takes its new rows.
+  // Window entries of every sequence: cached ring rows, then this chunk's; the compressed
+  // branch for every sequence; then one attention call covers every query, each seeing its own
+  // sequence's entries; then every ring takes its new rows.
   constexpr int64_t F = sizeof(float);
   const size_t nseq = s.states.size();
   std::vector<int64_t> win_off(nseq, 0), n_cached(nseq, 0);
@@ -614,25 +614,32 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     win_off[qi] = total_win;
     total_win += n_cached[qi] + s.rows[qi];
   }
-  kernels::Buf<float> win(be_, total_win * hd);
+  // Packed rings (FP8, every ring alike): the attention reads each ring as it is stored, its
+  // cached rows then the chunk's, whose codes and scales are first copied into the ring's next
+  // slots (past the cached rows). Float rings (head dims that do not divide into blocks): the
+  // cached rows and the chunk's copied into one float window.
+  const bool packed = s.kv_codes.size() > 0;
+  kernels::Buf<float> win(be_, packed ? 0 : total_win * hd);
   std::vector<int64_t> win_pos(static_cast<size_t>(total_win));
   std::vector<std::pair<const PackedRows*, float*>> ring_reads;
-  // The chunk's rows into the window, and (packed rings) their FP8 codes and scales into the
-  // ring's next slots: one batch of copies. The slots are reserved here, before the ring's rows
-  // are staged for reading (a reserve may move them), and lie past those rows.
   std::vector<kernels::CopyDesc> copies;
+  int64_t win_block = 0;  // packed: the rings' scale block
   for (size_t qi = 0; qi < nseq; ++qi) {
     const int64_t r0 = s.row0[qi], m = s.rows[qi], off = win_off[qi], nc = n_cached[qi];
     if (m == 0) continue;
     WindowRing& ring = s.states[qi]->window(l);
+    DI_CHECK(ring.kv.packed() == packed && (!packed || ring.kv.kind() == kernels::FakeQuant::kFp8Pow2),
+             "window ring of layer " + std::to_string(l) + " stored unlike its layer's rows");
+    if (packed) win_block = ring.kv.block();
     std::copy(ring.pos.begin(), ring.pos.end(), win_pos.begin() + off);
     std::copy(s.pos.begin() + r0, s.pos.begin() + r0 + m, win_pos.begin() + off + nc);
-    copies.push_back({win.data() + (off + nc) * hd, kv + r0 * hd, m * hd * F});
-    if (ring.kv.packed()) {
+    if (packed) {
       copies.push_back({ring.kv.code_slot(m), kv_codes + r0 * hd, m * hd});
-      copies.push_back({ring.kv.scale_slot(m), kv_scales + r0 * hd / 32, m * hd / 32});
+      copies.push_back({ring.kv.scale_slot(m), kv_scales + r0 * hd / ring.kv.block(), m * hd / ring.kv.block()});
+    } else {
+      copies.push_back({win.data() + (off + nc) * hd, kv + r0 * hd, m * hd * F});
+      ring_reads.push_back({&ring.kv, win.data() + off * hd});
     }
-    ring_reads.push_back({&ring.kv, win.data() + off * hd});
   }
   // One upload for those copies' descriptors, the ring reads', the window's positions, the
   // sequences and the queries' sequence index; the window is assembled once it is sent, after
@@ -682,8 +689,10 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     }
     const int64_t t_win = n_cached[qi] + m;
     for (int64_t i = 0; i < m; ++i) q_seq[static_cast<size_t>(r0 + i)] = static_cast<int32_t>(seqs.size());
-    seqs.push_back({.win = win.data() + win_off[qi] * hd, .win_pos = d_win_pos + win_off[qi], .comp = comp,
-                    .comp_sel = comp_sel, .t_win = t_win, .t_comp = t_comp, .q0 = r0});
+    const PackedRows& ring = s.states[qi]->window(l).kv;  // (its slots reserved above: it no longer moves)
+    seqs.push_back({.win = packed ? nullptr : win.data() + win_off[qi] * hd, .win_pos = d_win_pos + win_off[qi],
+                    .comp = comp, .comp_sel = comp_sel, .t_win = t_win, .t_comp = t_comp, .q0 = r0,
+                    .win_codes = packed ? ring.codes_at(0) : nullptr, .win_scales = packed ? ring.scales_at(0) : nullptr});
     max_t_win = std::max(max_t_win, t_win);
     max_t_comp = std::max(max_t_comp, t_comp);
     total_entries += t_win + (comp && comp_sel ? t_comp : 0);
@@ -699,7 +708,7 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     be_.attention({.q = s.q.data(), .q_pos = s.d_pos.data(), .sink = A.attn_sink, .out = s.o.data(), .s = n, .heads = H,
                    .head_dim = hd, .window = c.sliding_window, .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
                    .seqs = st.at<kernels::AttentionSeq>(seqs_at), .q_seq = st.at<int32_t>(q_seq_at),
-                   .n_seqs = static_cast<int64_t>(seqs.size()),
+                   .n_seqs = static_cast<int64_t>(seqs.size()), .win_block = win_block,
                    .max_t_win = max_t_win, .max_t_comp = max_t_comp, .max_selected = c.index_topk,
                    .total_entries = total_entries, .q_cos = cs, .q_sin = sn, .rope_dim = c.qk_rope_head_dim});
   }

@@ -238,6 +238,78 @@ TEST(CudaFused, NormRopeQuantGivesTheThreeOpsBits) {
   }
 }
 
+// Packed windows (AttentionArgs.win_block): the call reads each sequence's ring as stored (FP8
+// codes, a power-of-two scale per 32 channels) and gives the bits of the call on the rows that
+// dequant_packed makes of them: on the bf16 backend one query a sequence (clustered splits), 5
+// queries a sequence and 48 (folded), then on the float32 backend (its unpacking pass).
+TEST(CudaFused, AttentionReadsPackedWindowsAsTheirDequantisedRows) {
+  auto bf16 = make_cuda_backend(0, Precision::kBF16);
+  auto f32 = make_cuda_backend(0);
+  const int64_t H = 64, hd = 512, window = 128, cached = 127, blk = 32, tc = 2048, nseq = 3;
+  struct Case {
+    Backend* be;
+    int64_t per_seq;
+    const char* what;
+  };
+  for (const Case& c : {Case{bf16.get(), 1, "bf16, 1 query a sequence"}, Case{bf16.get(), 5, "bf16, 5 queries a sequence"},
+                        Case{bf16.get(), 48, "bf16, 48 queries a sequence"}, Case{f32.get(), 5, "float32, 5 queries a sequence"}}) {
+    std::mt19937 g(700 + static_cast<uint32_t>(c.per_seq));
+    const int64_t S = nseq * c.per_seq, tw = cached + c.per_seq;
+    // Every sequence: tw rows of codes (magnitudes 1/4 .. 4) and scales 2^-3 .. 2, positions
+    // ending at its last query, 512 of 2048 compressed entries selected per query.
+    std::vector<uint8_t> codes(static_cast<size_t>(nseq * tw * hd)), scales(static_cast<size_t>(nseq * tw * hd / blk));
+    std::uniform_int_distribution<int> sign(0, 1), expo(5, 8), mant(0, 7), sc(124, 128);
+    for (auto& b : codes) b = static_cast<uint8_t>(sign(g) << 7 | expo(g) << 3 | mant(g));
+    for (auto& b : scales) b = static_cast<uint8_t>(sc(g));
+    std::vector<int64_t> qpos(static_cast<size_t>(S)), wpos(static_cast<size_t>(nseq * tw));
+    std::vector<int32_t> q_seq(static_cast<size_t>(S));
+    std::vector<uint8_t> sel(static_cast<size_t>(S * tc), 0);
+    std::uniform_int_distribution<int64_t> pick(0, tc - 1);
+    for (int64_t q = 0; q < nseq; ++q) {
+      const int64_t last = 6000 + 100 * q;
+      for (int64_t i = 0; i < tw; ++i) wpos[static_cast<size_t>(q * tw + i)] = last - tw + 1 + i;
+      for (int64_t i = 0; i < c.per_seq; ++i) {
+        const int64_t t = q * c.per_seq + i;
+        qpos[static_cast<size_t>(t)] = last - c.per_seq + 1 + i;
+        q_seq[static_cast<size_t>(t)] = static_cast<int32_t>(q);
+        for (int j = 0; j < 512; ++j) sel[static_cast<size_t>(t * tc + pick(g))] = 1;
+      }
+    }
+    Dev<uint8_t> dcodes(codes), dscales(scales), dsel(sel);
+    Dev<float> dq(randn(static_cast<size_t>(S * H * hd), 710, 0.3f)), dcomp(randn(static_cast<size_t>(nseq * tc * hd), 711)),
+        dsink(randn(static_cast<size_t>(H), 712)), dwin(static_cast<size_t>(nseq * tw * hd)),
+        out_float(static_cast<size_t>(S * H * hd)), out_packed(static_cast<size_t>(S * H * hd));
+    Dev<int64_t> dqpos(qpos), dwpos(wpos);
+    Dev<int32_t> dq_seq(q_seq);
+    c.be->dequant_packed({.kind = FakeQuant::kFp8Pow2, .codes = dcodes.p, .scales = dscales.p, .out = dwin.p,
+                          .rows = nseq * tw, .dim = hd, .block = blk});
+    std::vector<AttentionSeq> as_float, as_packed;
+    for (int64_t q = 0; q < nseq; ++q) {
+      const AttentionSeq e{.win = dwin.p + q * tw * hd, .win_pos = dwpos.p + q * tw, .comp = dcomp.p + q * tc * hd,
+                           .comp_sel = dsel.p + q * c.per_seq * tc, .t_win = tw, .t_comp = tc, .q0 = q * c.per_seq};
+      as_float.push_back(e);
+      AttentionSeq p = e;
+      p.win = nullptr;
+      p.win_codes = dcodes.p + q * tw * hd;
+      p.win_scales = dscales.p + q * tw * hd / blk;
+      as_packed.push_back(p);
+    }
+    Dev<AttentionSeq> dseq_float(as_float), dseq_packed(as_packed);
+    AttentionArgs a{.q = dq.p, .q_pos = dqpos.p, .sink = dsink.p, .out = out_float.p, .s = S, .heads = H, .head_dim = hd,
+                    .window = window, .scale = 0.044f, .seqs = dseq_float.p, .q_seq = dq_seq.p, .n_seqs = nseq,
+                    .max_t_win = tw, .max_t_comp = tc, .max_selected = 512, .total_entries = nseq * (tw + tc)};
+    c.be->attention(a);
+    a.seqs = dseq_packed.p;
+    a.win_block = blk;
+    a.out = out_packed.p;
+    c.be->attention(a);
+    c.be->synchronize();
+    const auto of = out_float.get();
+    EXPECT_TRUE(same(of, out_packed.get())) << c.what;
+    EXPECT_GT(*std::max_element(of.begin(), of.end()), 0.0f) << c.what << ": no output";
+  }
+}
+
 // Attention with the queries' RoPE in the call (AttentionArgs.q_cos): bitwise rope(q), the call,
 // rope(out, inverse) on the same backend. bf16 tensor-core launches: one query at the released
 // shape (5 splits: a cluster merging them; and with 20 selected entries, three of the cluster's

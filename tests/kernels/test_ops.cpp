@@ -2,6 +2,7 @@
 // plus the properties the engine relies on (batch invariance, top-k tie and -inf rules).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -167,6 +168,46 @@ TEST(Ops, AttentionWithRopeIsRopeAttentionRope) {
   EXPECT_EQ(std::memcmp(sep.data(), fused.data(), sep.size() * sizeof(float)), 0);
   EXPECT_EQ(q_in, q);
   EXPECT_NE(q_rot, q);
+}
+
+// Packed windows (AttentionArgs.win_block): the bits of the call on the dequantised rows, with
+// two sequences of two queries each; a wrong block or sequence offset would change them.
+TEST(Ops, AttentionReadsPackedWindowsAsTheirDequantisedRows) {
+  auto be = kernels::make_cpu_backend(2);
+  const int64_t H = 2, d = 64, blk = 32, tw = 6, tc = 3, W = 4, per = 2, nseq = 2, S = nseq * per;
+  std::mt19937 g(31);
+  std::uniform_int_distribution<int> byte(0, 255), sc(124, 129);
+  std::vector<uint8_t> codes(static_cast<size_t>(nseq * tw * d)), scales(static_cast<size_t>(nseq * tw * d / blk));
+  for (auto& b : codes) b = static_cast<uint8_t>((byte(g) & 0xBF) | 0x20);  // magnitudes 1/8 .. 1.875
+  for (auto& b : scales) b = static_cast<uint8_t>(sc(g));
+  std::vector<float> win(codes.size());
+  be->dequant_packed({.kind = kernels::FakeQuant::kFp8Pow2, .codes = codes.data(), .scales = scales.data(), .out = win.data(),
+                      .rows = nseq * tw, .dim = d, .block = blk});
+  const auto q = randn(S * H * d, 32, 0.2f), comp = randn(nseq * tc * d, 33);
+  std::vector<int64_t> qpos = {4, 5, 14, 15}, wpos = {0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15};
+  std::vector<int32_t> q_seq = {0, 0, 1, 1};
+  std::vector<uint8_t> sel = {1, 0, 1, 0, 1, 0, 0, 0, 1, 1, 1, 0};
+  std::vector<float> sink = {0.3f, -1.0f}, of(S * H * d), op(S * H * d);
+  std::vector<kernels::AttentionSeq> sf, sp;
+  for (int64_t i = 0; i < nseq; ++i) {
+    sf.push_back({.win = win.data() + i * tw * d, .win_pos = wpos.data() + i * tw, .comp = comp.data() + i * tc * d,
+                  .comp_sel = sel.data() + i * per * tc, .t_win = tw, .t_comp = tc, .q0 = i * per});
+    kernels::AttentionSeq p = sf.back();
+    p.win = nullptr;
+    p.win_codes = codes.data() + i * tw * d;
+    p.win_scales = scales.data() + i * tw * d / blk;
+    sp.push_back(p);
+  }
+  kernels::AttentionArgs a{.q = q.data(), .q_pos = qpos.data(), .sink = sink.data(), .out = of.data(), .s = S, .heads = H,
+                           .head_dim = d, .window = W, .scale = 0.35f, .seqs = sf.data(), .q_seq = q_seq.data(), .n_seqs = nseq,
+                           .max_t_win = tw, .max_t_comp = tc};
+  be->attention(a);
+  a.seqs = sp.data();
+  a.win_block = blk;
+  a.out = op.data();
+  be->attention(a);
+  EXPECT_EQ(std::memcmp(of.data(), op.data(), of.size() * sizeof(float)), 0);
+  EXPECT_GT(*std::max_element(of.begin(), of.end()), 0.0f);
 }
 
 TEST(Ops, TopkDropsNegInfAndBreaksTiesByIndex) {

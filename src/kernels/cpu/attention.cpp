@@ -4,12 +4,29 @@
 #include <cmath>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace deepinfer::kernels::cpu {
 
 void attention(core::ThreadPool& pool, const AttentionArgs& a) {
   const int64_t d = a.head_dim;
+  if (a.seqs && a.win_block > 0) {  // packed windows: dequantised, then the float-window call
+    DI_CHECK(d % a.win_block == 0, "attention: packed windows need head_dim a multiple of win_block");
+    std::vector<AttentionSeq> seqs(a.seqs, a.seqs + a.n_seqs);
+    std::vector<std::vector<float>> wins(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      wins[i].resize(static_cast<size_t>(seqs[i].t_win * d));
+      dequant_fake_quant(FakeQuant::kFp8Pow2, seqs[i].win_codes, seqs[i].win_scales, seqs[i].t_win, d, a.win_block,
+                         wins[i].data());
+      seqs[i].win = wins[i].data();
+      seqs[i].win_codes = seqs[i].win_scales = nullptr;
+    }
+    AttentionArgs b = a;
+    b.seqs = seqs.data();
+    b.win_block = 0;
+    return attention(pool, b);
+  }
   pool.parallel_for(a.s * a.heads, [&](int64_t i0, int64_t i1) {
     std::vector<float> logit;
     std::vector<const float*> val;
@@ -25,7 +42,7 @@ void attention(core::ThreadPool& pool, const AttentionArgs& a) {
       }
       const int64_t p = a.q_pos[t];
       // The query's entries: the call's, or its sequence's in a multi-sequence call.
-      AttentionSeq e{a.win, a.win_pos, a.comp, a.comp_sel ? a.comp_sel + t * a.t_comp : nullptr, a.t_win, a.t_comp, 0};
+      AttentionSeq e{a.win, a.win_pos, a.comp, a.comp_sel ? a.comp_sel + t * a.t_comp : nullptr, a.t_win, a.t_comp, 0, nullptr, nullptr};
       if (a.seqs) {
         e = a.seqs[a.q_seq[t]];
         if (e.comp_sel) e.comp_sel += (t - e.q0) * e.t_comp;

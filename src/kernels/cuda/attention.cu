@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/packed.cuh"
 #include "kernels/cuda/tiling.cuh"
 
 #include <cooperative_groups.h>
@@ -526,15 +527,29 @@ __device__ __forceinline__ void st_bf16x4(__nv_bfloat16* dst, float4 v) {
 // selection may name them (the kernels' entries_of rule).
 struct StagedRows {
   const float* win;
+  const uint8_t *win_codes, *win_scales;  // packed windows (win_block > 0)
   const float* comp;
   int64_t t_win, t_comp;
 };
 __device__ inline StagedRows staged_rows(const AttentionArgs& a, int64_t si) {
   if (a.seqs) {
     const AttentionSeq& e = a.seqs[si];
-    return {e.win, e.comp, e.t_win, (e.comp && e.comp_sel) ? e.t_comp : 0};
+    return {e.win, e.win_codes, e.win_scales, e.comp, e.t_win, (e.comp && e.comp_sel) ? e.t_comp : 0};
   }
-  return {a.win, a.comp, a.t_win, (a.comp && a.comp_sel) ? a.t_comp : 0};
+  return {a.win, nullptr, nullptr, a.comp, a.t_win, (a.comp && a.comp_sel) ? a.t_comp : 0};
+}
+
+// With at most this many queries in the call (decode), only the compressed rows some query of
+// the sequence selected are staged (the tensor-core kernel reads no other row: at 4k tokens and
+// ratio 1, 512 of 4096); the rest of their room is left as it was.
+constexpr int64_t kStageSelectedQueries = 8;
+__device__ inline bool comp_row_selected(const AttentionArgs& a, int64_t si, int64_t j) {
+  if (a.s > kStageSelectedQueries) return true;
+  const uint8_t* sel = a.seqs ? a.seqs[si].comp_sel : a.comp_sel;
+  const int64_t q0 = a.seqs ? a.seqs[si].q0 : 0, tc = a.seqs ? a.seqs[si].t_comp : a.t_comp;
+  for (int64_t t = 0; t < a.s; ++t)
+    if ((!a.seqs || a.q_seq[t] == si) && sel[(t - q0) * tc + j]) return true;
+  return false;
 }
 
 // Block (chunk, sequence si): the sequence's first row e0 = the staged rows of the sequences
@@ -556,10 +571,37 @@ __global__ void entries_bf16_k(AttentionArgs a, __nv_bfloat16* out, int64_t cap,
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * C8;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / C8, c8 = i - row * C8;
+    if (row >= r.t_win && !comp_row_selected(a, si, row - r.t_win)) continue;
+    __nv_bfloat16* dst = out + (e0 + row) * D + c8 * 8;
+    if (row < r.t_win && a.seqs && a.win_block > 0) {  // a packed window row: decoded as dequant_packed does
+      float v[8];
+      fp8_pow2_at8(r.win_codes + row * D, r.win_scales + row * (D / a.win_block), c8, a.win_block, v);
+      *reinterpret_cast<uint4*>(dst) = pack_bf16x8(make_float4(v[0], v[1], v[2], v[3]), make_float4(v[4], v[5], v[6], v[7]));
+      continue;
+    }
     const float* src = (row < r.t_win ? r.win + row * D : r.comp + (row - r.t_win) * D) + c8 * 8;
-    *reinterpret_cast<uint4*>(out + (e0 + row) * D + c8 * 8) =
-        pack_bf16x8(*reinterpret_cast<const float4*>(src), *reinterpret_cast<const float4*>(src + 4));
+    *reinterpret_cast<uint4*>(dst) = pack_bf16x8(*reinterpret_cast<const float4*>(src), *reinterpret_cast<const float4*>(src + 4));
   }
+}
+
+// Packed windows for the float32 kernels: block (chunk, sequence si) dequantises the sequence's
+// window into wins at row si * max_t_win (dequant_packed's values) and the chunk-0 block writes
+// its AttentionSeq there with win set.
+__global__ void unpack_windows_k(AttentionArgs a, AttentionSeq* seqs, float* wins) {
+  DI_PDL_ENTRY();
+  const int64_t si = blockIdx.y, D = a.head_dim;
+  const AttentionSeq e = a.seqs[si];
+  float* win = wins + si * a.max_t_win * D;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (e.t_win > a.max_t_win) __trap();  // AttentionArgs.max_t_win below the truth
+    AttentionSeq u = e;
+    u.win = win;
+    u.win_codes = u.win_scales = nullptr;
+    seqs[si] = u;
+  }
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < e.t_win * D;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dequant_packed_at(static_cast<int>(FakeQuant::kFp8Pow2), e.win_codes, e.win_scales, win, i, a.win_block);
 }
 
 // DS: the output channels split over DS CTAs (grid y = head block x DS), each computing the
@@ -903,7 +945,7 @@ int attention_splits(const AttentionArgs& a) {
 // per CTA), split into fixed segments of kAttnSeg visible entries when a query can see more,
 // the splits merged by attention_combine_k.
 template <class Launch>
-void launch_attention(int heads_per_cta, const AttentionArgs& a, cudaStream_t s, Launch launch) {
+void launch_attention(int heads_per_cta, const AttentionArgs& a, Temp& tmp, cudaStream_t s, Launch launch) {
   const int64_t hb = ceil_div(a.heads, heads_per_cta);
   const int nsplit = attention_splits(a);
   if (nsplit == 1) {
@@ -913,9 +955,8 @@ void launch_attention(int heads_per_cta, const AttentionArgs& a, cudaStream_t s,
   }
   const int64_t group = std::min<int64_t>(
       {a.s, kAttnGroup, std::max<int64_t>(1, kAttnPartialFloats / (int64_t{nsplit} * a.heads * a.head_dim))});
-  float *part_o = nullptr, *part_ml = nullptr;
-  DI_CUDA_CHECK(cudaMallocAsync(&part_o, static_cast<size_t>(group * nsplit * a.heads * a.head_dim) * sizeof(float), s));
-  DI_CUDA_CHECK(cudaMallocAsync(&part_ml, static_cast<size_t>(group * nsplit * a.heads * 2) * sizeof(float), s));
+  float* part_o = tmp.take_n<float>(group * nsplit * a.heads * a.head_dim);
+  float* part_ml = tmp.take_n<float>(group * nsplit * a.heads * 2);
   for (int64_t q0 = 0; q0 < a.s; q0 += group) {
     const int64_t n = std::min(group, a.s - q0);  // queries [q0, q0 + n) as one launch
     launch(dim3(static_cast<unsigned>(n), static_cast<unsigned>(hb), static_cast<unsigned>(nsplit)), nsplit, part_o, part_ml, q0);
@@ -926,15 +967,15 @@ void launch_attention(int heads_per_cta, const AttentionArgs& a, cudaStream_t s,
     launch_k(attention_combine_k, static_cast<unsigned>(ceil_div(pairs, 256)), 256, 0, s, g, nsplit, part_o, part_ml, q0);
     DI_CUDA_LAUNCHED();
   }
-  DI_CUDA_CHECK(cudaFreeAsync(part_o, s));
-  DI_CUDA_CHECK(cudaFreeAsync(part_ml, s));
+  tmp.give(part_o);
+  tmp.give(part_ml);
 }
 
 template <int DW, int NW>
-void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
+void launch_attention_tiled(const AttentionArgs& a, Temp& tmp, cudaStream_t s) {
   using C = AttnCfg<DW, NW>;
   opt_in_smem(attention_tiled_k<DW, NW>, C::bytes);
-  launch_attention(kAttnHeads, a, s, [&](dim3 g, int nsplit, float* po, float* pml, int64_t q0) {
+  launch_attention(kAttnHeads, a, tmp, s, [&](dim3 g, int nsplit, float* po, float* pml, int64_t q0) {
     launch_k(attention_tiled_k<DW, NW>, g, C::T, C::bytes, s, a, nsplit, po, pml, q0);
   });
 }
@@ -942,16 +983,14 @@ void launch_attention_tiled(const AttentionArgs& a, cudaStream_t s) {
 // The entries rounded to bf16 (entries_bf16_k), then the tensor-core kernel at HC heads per CTA,
 // the output channels split over DS CTAs.
 template <int D, int HC, int DS = 1>
-void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s, bool fold = false) {
+void launch_attention_mma_hc(const AttentionArgs& a, Temp& tmp, cudaStream_t s, bool fold = false) {
   using C = MmaCfg<D, HC>;
   opt_in_smem(attention_mma_k<D, HC, DS>, C::bytes);
   const int64_t n_seqs = a.seqs ? a.n_seqs : 1;
   const int64_t max_rows = a.seqs ? a.max_t_win + a.max_t_comp : a.t_win + ((a.comp && a.comp_sel) ? a.t_comp : 0);
   const int64_t total = a.seqs ? (a.total_entries > 0 ? a.total_entries : n_seqs * max_rows) : max_rows;
-  __nv_bfloat16* staged = nullptr;
-  int64_t* seq_e0 = nullptr;
-  DI_CUDA_CHECK(cudaMallocAsync(&staged, static_cast<size_t>(std::max<int64_t>(total, 1) * D) * sizeof(__nv_bfloat16), s));
-  if (a.seqs) DI_CUDA_CHECK(cudaMallocAsync(&seq_e0, static_cast<size_t>(n_seqs) * sizeof(int64_t), s));
+  auto* staged = tmp.take_n<__nv_bfloat16>(std::max<int64_t>(total, 1) * D);
+  int64_t* seq_e0 = a.seqs ? tmp.take_n<int64_t>(n_seqs) : nullptr;
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(ceil_div(max_rows * (D / 8), kThreads), 4096));
   launch_k(entries_bf16_k, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(n_seqs)), kThreads, 0, s, a, staged, total, seq_e0);
   DI_CUDA_LAUNCHED();
@@ -974,13 +1013,13 @@ void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s, bool fold =
                      staged, seq_e0, nsplit, false, static_cast<float*>(nullptr), static_cast<float*>(nullptr), int64_t{0});
     DI_CUDA_LAUNCHED();
   } else {
-    launch_attention(HC, a, s, [&](dim3 g, int nsplit, float* po, float* pml, int64_t q0) {
+    launch_attention(HC, a, tmp, s, [&](dim3 g, int nsplit, float* po, float* pml, int64_t q0) {
       launch_k(attention_mma_k<D, HC, DS>, dim3(g.x, g.y * DS, g.z), kMmaT, C::bytes, s, a, staged, seq_e0, nsplit, false, po,
                pml, q0);
     });
   }
-  DI_CUDA_CHECK(cudaFreeAsync(staged, s));
-  if (seq_e0) DI_CUDA_CHECK(cudaFreeAsync(seq_e0, s));
+  tmp.give(staged);
+  if (seq_e0) tmp.give(seq_e0);
 }
 
 // Heads per CTA: 64 when the launch has CTAs enough for two per SM of an H200 (132 SMs),
@@ -997,28 +1036,28 @@ void launch_attention_mma_hc(const AttentionArgs& a, cudaStream_t s, bool fold =
 // kAttnFoldCtas queries.)
 constexpr int64_t kAttnFoldCtas = 132, kAttnFoldCtasFew = 64, kAttnFoldSplits = 8;
 template <int D>
-void launch_attention_mma(const AttentionArgs& a, cudaStream_t s) {
+void launch_attention_mma(const AttentionArgs& a, Temp& tmp, cudaStream_t s) {
   // (64 heads: 1.24 / 1.95 s for the replayed / exact prefill, 32 heads 1.25 / 1.99 s, run 111; at head
   // dim 512 the 64-head CTA spills 0.8 KB of the merged state, touched once per split.)
   const int64_t q64 = a.s * ceil_div(a.heads, 64), nsplit = attention_splits(a);
   if (nsplit > 1 && (q64 >= kAttnFoldCtas || (q64 >= kAttnFoldCtasFew && nsplit <= kAttnFoldSplits)))
-    return launch_attention_mma_hc<D, 64>(a, s, true);
+    return launch_attention_mma_hc<D, 64>(a, tmp, s, true);
   const int64_t ctas64 = a.s * ceil_div(a.heads, 64) * attention_splits(a);
-  if (ctas64 >= 264) return launch_attention_mma_hc<D, 64>(a, s);
+  if (ctas64 >= 264) return launch_attention_mma_hc<D, 64>(a, tmp, s);
   if constexpr (D >= 128)
     if (ctas64 * 2 < 264 && a.heads > 32) {
       if constexpr (D == 512) {
         const int64_t ctas16 = a.s * ceil_div(a.heads, 16) * attention_splits(a);
-        if (ctas16 * 4 <= 132 && ceil_div(a.heads, 16) * 4 <= 65535) return launch_attention_mma_hc<D, 16, 4>(a, s);
+        if (ctas16 * 4 <= 132 && ceil_div(a.heads, 16) * 4 <= 65535) return launch_attention_mma_hc<D, 16, 4>(a, tmp, s);
       }
-      return launch_attention_mma_hc<D, 16>(a, s);
+      return launch_attention_mma_hc<D, 16>(a, tmp, s);
     }
-  launch_attention_mma_hc<D, 32>(a, s);
+  launch_attention_mma_hc<D, 32>(a, tmp, s);
 }
 
 }  // namespace
 
-void attention(const AttentionArgs& a, bool bf16, cudaStream_t s) {
+void attention(const AttentionArgs& a, bool bf16, Temp& tmp, cudaStream_t s) {
   if (a.s * a.heads == 0) return;
   const bool comp = a.comp && a.comp_sel && a.t_comp > 0;
   // A multi-sequence call's entries are rows of float buffers: 16-byte aligned when the row is.
@@ -1029,6 +1068,11 @@ void attention(const AttentionArgs& a, bool bf16, cudaStream_t s) {
                     ceil_div(a.heads, kAttnHeads) <= 65535;
   const bool mma = fast && bf16 && ceil_div(a.heads, 16) <= 65535 && (a.seqs ? a.n_seqs : 1) <= 65535 &&
                    (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256 || a.head_dim == 512);
+  if (a.seqs && a.win_block > 0 && a.head_dim % a.win_block != 0) {
+    std::fprintf(stderr, "deepinfer: CUDA attention: head_dim %lld is not a multiple of win_block %lld\n",
+                 static_cast<long long>(a.head_dim), static_cast<long long>(a.win_block));
+    std::abort();
+  }
   if (a.q_cos && (a.rope_dim > a.head_dim || a.rope_dim % 2 != 0)) {
     std::fprintf(stderr, "deepinfer: CUDA attention: RoPE over %lld of %lld channels\n", static_cast<long long>(a.rope_dim),
                  static_cast<long long>(a.head_dim));
@@ -1040,8 +1084,7 @@ void attention(const AttentionArgs& a, bool bf16, cudaStream_t s) {
     // back in place. (The tensor-core kernel rotates on the fly.)
     const int64_t n = a.s * a.heads * a.head_dim;
     const size_t shift = reinterpret_cast<uintptr_t>(a.q) % 16;
-    char* raw = nullptr;
-    DI_CUDA_CHECK(cudaMallocAsync(&raw, static_cast<size_t>(n) * sizeof(float) + 16, s));
+    char* raw = tmp.take_n<char>(n * static_cast<int64_t>(sizeof(float)) + 16);
     float* q = reinterpret_cast<float*>(raw + shift);
     DI_CUDA_CHECK(cudaMemcpyAsync(q, a.q, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
     const RopeArgs r{.x = q, .cos = a.q_cos, .sin = a.q_sin, .rows = a.s, .heads = a.heads, .head_dim = a.head_dim,
@@ -1050,30 +1093,46 @@ void attention(const AttentionArgs& a, bool bf16, cudaStream_t s) {
     AttentionArgs b = a;
     b.q = q;
     b.q_cos = b.q_sin = nullptr;
-    attention(b, bf16, s);
+    attention(b, bf16, tmp, s);
     RopeArgs back = r;
     back.x = a.out;
     back.inverse = true;
     rope(back, s);
-    DI_CUDA_CHECK(cudaFreeAsync(raw, s));
+    tmp.give(raw);
+    return;
+  }
+  if (a.seqs && a.win_block > 0 && (!mma || a.win_block % 8 != 0)) {
+    // Packed windows for the float32 kernels (the tensor-core path decodes them as it stages its
+    // entries): dequantised into a copy of the sequences' descriptors.
+    auto* seqs = tmp.take_n<AttentionSeq>(a.n_seqs);
+    float* wins = tmp.take_n<float>(std::max<int64_t>(a.n_seqs * a.max_t_win * a.head_dim, 1));
+    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(ceil_div(a.max_t_win * a.head_dim, kThreads), 4096));
+    launch_k(unpack_windows_k, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(a.n_seqs)), kThreads, 0, s, a, seqs, wins);
+    DI_CUDA_LAUNCHED();
+    AttentionArgs b = a;
+    b.seqs = seqs;
+    b.win_block = 0;
+    attention(b, bf16, tmp, s);
+    tmp.give(seqs);
+    tmp.give(wins);
     return;
   }
   if (mma) {
     switch (a.head_dim) {
-      case 64: return launch_attention_mma<64>(a, s);
-      case 128: return launch_attention_mma<128>(a, s);
-      case 256: return launch_attention_mma<256>(a, s);
-      case 512: return launch_attention_mma<512>(a, s);
+      case 64: return launch_attention_mma<64>(a, tmp, s);
+      case 128: return launch_attention_mma<128>(a, tmp, s);
+      case 256: return launch_attention_mma<256>(a, tmp, s);
+      case 512: return launch_attention_mma<512>(a, tmp, s);
       default: break;
     }
   }
   if (fast) {
     switch (a.head_dim) {
-      case 32: return launch_attention_tiled<4, 1>(a, s);
-      case 64: return launch_attention_tiled<8, 1>(a, s);
-      case 128: return launch_attention_tiled<8, 2>(a, s);
-      case 256: return launch_attention_tiled<8, 4>(a, s);
-      case 512: return launch_attention_tiled<8, 8>(a, s);
+      case 32: return launch_attention_tiled<4, 1>(a, tmp, s);
+      case 64: return launch_attention_tiled<8, 1>(a, tmp, s);
+      case 128: return launch_attention_tiled<8, 2>(a, tmp, s);
+      case 256: return launch_attention_tiled<8, 4>(a, tmp, s);
+      case 512: return launch_attention_tiled<8, 8>(a, tmp, s);
       default: break;
     }
   }

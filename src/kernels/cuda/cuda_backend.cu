@@ -145,13 +145,16 @@ class CudaBackend final : public Backend {
   T* scratch(int64_t count) {
     return static_cast<T*>(alloc(count * static_cast<int64_t>(sizeof(T))));
   }
-  // The bytes are copied into the pinned ring at once (src may be reused when this returns),
-  // then to the device in stream order. A full ring waits for the stream, then restarts
-  // at 0 (grown first when this one upload is larger than the whole ring).
+  // Up to cuda::kInlineCopyMax bytes travel in a launch's parameters. Larger ones are copied
+  // into the pinned ring at once (src may be reused when this returns), then to the device in
+  // stream order. A full ring waits for the stream, then restarts at 0 (grown first when this
+  // one upload is larger than the whole ring).
   void upload(void* dst, const void* src, int64_t bytes) override {
     check_size(bytes, "upload");
     if (capturing_) refuse("an upload");
     if (bytes == 0) return;
+    // The smallest in the launch's own parameters: no staging, no host read while it runs.
+    if (cuda::inline_copy(dst, src, bytes, stream_)) return;
     const size_t n = static_cast<size_t>(bytes);
     if (staging_off_ + n > staging_cap_) {
       DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -449,7 +452,7 @@ class CudaBackend final : public Backend {
   void fake_quant(const FakeQuantArgs& a) override { cuda::fake_quant(a, stream_); }
   void hc_collapse(const HcCollapseArgs& a) override { cuda::hc_collapse(a, stream_); }
   void hc_expand(const HcExpandArgs& a) override { cuda::hc_expand(a, stream_); }
-  void attention(const AttentionArgs& a) override { cuda::attention(a, precision_ == Precision::kBF16, stream_); }
+  void attention(const AttentionArgs& a) override { cuda::attention(a, precision_ == Precision::kBF16, temp_, stream_); }
   void compress_pool(const CompressPoolArgs& a) override { cuda::compress_pool(a, stream_); }
   void indexer_scores(const IndexerScoreArgs& a) override { cuda::indexer_scores(a, stream_); }
   void candidate_blocks(const CandidateBlocksArgs& a) override { cuda::candidate_blocks(a, stream_); }
@@ -621,6 +624,13 @@ class CudaBackend final : public Backend {
   bool invariant_ = true;
   uint8_t* staging_ = nullptr;  // pinned host ring for uploads
   size_t staging_cap_ = 0, staging_off_ = 0;
+  // The ops' temporaries from alloc / release (the cached blocks).
+  struct BackendTemp final : cuda::Temp {
+    explicit BackendTemp(CudaBackend& b) : be(b) {}
+    void* take(size_t bytes) override { return be.alloc(static_cast<int64_t>(bytes)); }
+    void give(void* p) override { be.release(p); }
+    CudaBackend& be;
+  } temp_{*this};
 };
 
 }  // namespace

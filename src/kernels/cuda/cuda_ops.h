@@ -33,8 +33,23 @@ void norm_rope_quant(const NormRopeQuantArgs* items, int64_t n, cudaStream_t s);
 void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c, float* part, int* counters, cudaStream_t s);
 void hc_expand(const HcExpandArgs& a, cudaStream_t s);
 void engram_gate(const EngramGateArgs& a, cudaStream_t s);
+// Stream-ordered temporary memory for an op's launches (the backend's cached blocks: taking or
+// giving one back is no driver call, where a cudaMallocAsync between two launches would end
+// their programmatic overlap).
+class Temp {
+ public:
+  virtual void* take(size_t bytes) = 0;
+  virtual void give(void* p) = 0;
+  template <class T>
+  T* take_n(int64_t n) {
+    return static_cast<T*>(take(static_cast<size_t>(n) * sizeof(T)));
+  }
+
+ protected:
+  ~Temp() = default;
+};
 // bf16: a bf16 backend (its tensor-core kernel rounds Q and the entries to bf16).
-void attention(const AttentionArgs& a, bool bf16, cudaStream_t s);
+void attention(const AttentionArgs& a, bool bf16, Temp& temp, cudaStream_t s);
 void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s);
 void candidate_blocks(const CandidateBlocksArgs& a, cudaStream_t s);
 void topk_mask(const TopkMaskArgs& a, cudaStream_t s);
@@ -68,6 +83,10 @@ void dequant_bf16(const WeightView& w, int64_t row0, int64_t n, void* out, cudaS
 // dst (device) = n bytes of src, pinned host memory the device reads directly (a kernel, so it
 // joins the programmatic launch chain, where a copy-engine transfer would not).
 void host_copy(void* dst, const void* src, int64_t n, cudaStream_t s);
+// Up to kInlineCopyMax bytes to a 16-byte aligned dst, carried in the launch's parameters (src
+// may be reused at once); false (nothing done) for other sizes or addresses.
+constexpr int kInlineCopyMax = 4096;
+bool inline_copy(void* dst, const void* src, int64_t n, cudaStream_t s);
 void fill_random(const RandomFillArgs& a, cudaStream_t s);
 void copy_batch(const CopyBatchArgs& a, cudaStream_t s);
 void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s);

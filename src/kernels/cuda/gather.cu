@@ -1,18 +1,14 @@
 // CUDA: gathers and small row ops — weight rows by id (embedding), row gather, in-place
 // scale, the MoE combine in the reference's accumulation order, and the dequantisation of
 // fake-quant codes/scales. Every result is bitwise equal to the CPU reference.
-//
-// Bitwise notes: decodes build the float from bits exactly as kernels::dequant_row /
-// core::e4m3_to_f32 do (a NaN code keeps its sign: sign | 0x7FC00000); products go through
-// x86_mul, which is __fmul_rn for numbers and gives the NaN an x86 multiply gives (the NaN
-// operand, quieted; a NaN made by the multiply itself is 0xFFC00000) instead of the GPU's
-// canonical 0x7FFFFFFF. Sums are __fadd_rn in the reference's order.
+// The decodes and their bitwise notes: packed.cuh. Sums are __fadd_rn in the reference's order.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/hc_expand.cuh"
+#include "kernels/cuda/packed.cuh"
 
 namespace deepinfer::kernels::cuda {
 
@@ -20,36 +16,6 @@ namespace {
 
 constexpr int kThreads = 256;
 unsigned grid(int64_t n) { return static_cast<unsigned>(ceil_div(n, kThreads)); }
-
-__device__ inline float x86_mul(float a, float b) {
-  if (isnan(a)) return __uint_as_float(__float_as_uint(a) | 0x00400000u);
-  if (isnan(b)) return __uint_as_float(__float_as_uint(b) | 0x00400000u);
-  const float r = __fmul_rn(a, b);
-  return isnan(r) ? __uint_as_float(0xFFC00000u) : r;
-}
-
-// e4m3 code -> float, as kernels::dequant_row's e4m3_bits and core::e4m3_to_f32.
-__device__ inline float e4m3_exact(uint8_t b) {
-  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24, e = (b >> 3) & 0xFu, m = b & 7u;
-  if (e == 15 && m == 7) return __uint_as_float(sign | 0x7FC00000u);
-  if (e == 0) return __uint_as_float(sign | __float_as_uint(__fmul_rn(static_cast<float>(m), 0x1p-9f)));
-  return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
-}
-
-// ue8m0 code -> 2^(v-127) (NaN for 255), as core::e8m0_to_f32.
-__device__ inline float e8m0_exact(uint8_t v) {
-  if (v == 255) return __uint_as_float(0x7FC00000u);
-  if (v == 0) return __uint_as_float(0x00400000u);  // 2^-127, subnormal
-  return __uint_as_float(static_cast<uint32_t>(v) << 23);
-}
-
-// e2m1 code (sign in bit 3; code 8 is +0) -> float, as core::e2m1_to_f32.
-__device__ inline float e2m1_exact(uint32_t code) {
-  const uint32_t c = code & 7u, sign = (code & 8u) << 28;
-  if (c >= 2) return __uint_as_float(sign | (((c >> 1) + 126u) << 23) | ((c & 1u) << 22));
-  if (c == 0) return 0.0f;
-  return __uint_as_float(sign | 0x3F000000u);  // ±0.5
-}
 
 // Element (r, j) of w as float32, exactly as dequant_row.
 __device__ inline float weight_at(const WeightView& w, int64_t r, int64_t j) {
@@ -134,21 +100,6 @@ __global__ void moe_combine_k(MoeCombineArgs a, HcExpandArgs e) {
   }
 }
 
-// Value e of packed rows, as dequant_fake_quant.
-__device__ inline void dequant_packed_at(int kind, const uint8_t* codes, const uint8_t* scales, float* out, int64_t e,
-                                         int64_t block) {
-  const int64_t b = e / block, i = e % block;
-  const float s = kind == static_cast<int>(FakeQuant::kFp4E4m3) ? e4m3_exact(scales[b]) : e8m0_exact(scales[b]);
-  float v;
-  if (kind == static_cast<int>(FakeQuant::kFp8Pow2)) {
-    v = e4m3_exact(codes[e]);
-  } else {
-    const uint8_t byte = codes[b * block / 2 + i / 2];
-    v = e2m1_exact(i % 2 == 0 ? (byte & 0xFu) : static_cast<uint32_t>(byte >> 4));
-  }
-  out[e] = x86_mul(v, s);
-}
-
 // One thread per value.
 __global__ void dequant_packed_k(int kind, const uint8_t* codes, const uint8_t* scales, float* out, int64_t n, int64_t block) {
   DI_PDL_ENTRY();
@@ -161,21 +112,20 @@ __global__ void dequant_packed_k(int kind, const uint8_t* codes, const uint8_t* 
 // one division, two 16-byte stores. codes 8-byte (FP8) or 4-byte (FP4) aligned, out 16-byte.
 __device__ inline void dequant_packed_at8(int kind, const uint8_t* codes, const uint8_t* scales, float* out, int64_t e8,
                                           int64_t block) {
-  const int64_t e = e8 * 8, b = e / block;
-  const float s = kind == static_cast<int>(FakeQuant::kFp4E4m3) ? e4m3_exact(scales[b]) : e8m0_exact(scales[b]);
+  const int64_t e = e8 * 8;
   float v[8];
   if (kind == static_cast<int>(FakeQuant::kFp8Pow2)) {
-    const uint2 c = *reinterpret_cast<const uint2*>(codes + e);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = e4m3_exact(static_cast<uint8_t>(((j < 4 ? c.x : c.y) >> (8 * (j % 4))) & 0xFFu));
+    fp8_pow2_at8(codes, scales, e8, block, v);
   } else {
+    const uint8_t sc = scales[e / block];
+    const float s = kind == static_cast<int>(FakeQuant::kFp4E4m3) ? e4m3_exact(sc) : e8m0_exact(sc);
     const uint32_t c = *reinterpret_cast<const uint32_t*>(codes + e / 2);  // b * block / 2 + (e - b * block) / 2
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = e2m1_exact((c >> (4 * j)) & 0xFu);
+    for (int j = 0; j < 8; ++j) v[j] = x86_mul(e2m1_exact((c >> (4 * j)) & 0xFu), s);
   }
   float4* o = reinterpret_cast<float4*>(out + e);
-  o[0] = make_float4(x86_mul(v[0], s), x86_mul(v[1], s), x86_mul(v[2], s), x86_mul(v[3], s));
-  o[1] = make_float4(x86_mul(v[4], s), x86_mul(v[5], s), x86_mul(v[6], s), x86_mul(v[7], s));
+  o[0] = make_float4(v[0], v[1], v[2], v[3]);
+  o[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
 
 // blockIdx.y: the range; x: its values (8 a thread when the block and the addresses allow).

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdlib>
 #include <utility>
 #include <vector>
@@ -92,6 +93,31 @@ __global__ void host_copy_k(void* dst, const void* src, int64_t n) {
   }
 }
 
+// An upload small enough to travel inside the launch: its bytes are the kernel's parameter
+// (__grid_constant__: read where it lies), so the kernel reads no host memory while it runs.
+template <int N>
+struct InlineBytes {
+  alignas(16) unsigned char b[N];
+};
+template <int N>
+__global__ void inline_copy_k(void* dst, const __grid_constant__ InlineBytes<N> src, int64_t n) {
+  const int64_t i = threadIdx.x, tail = n / 16 * 16 + i;
+  const uint4 v = i < n / 16 ? reinterpret_cast<const uint4*>(src.b)[i] : make_uint4(0u, 0u, 0u, 0u);
+  const uint8_t b = i < n % 16 ? src.b[tail] : uint8_t{0};
+  DI_PDL_ENTRY();
+  if (i < n / 16) reinterpret_cast<uint4*>(dst)[i] = v;
+  if (i < n % 16) static_cast<uint8_t*>(dst)[tail] = b;
+}
+
+template <int N>
+void inline_copy_n(void* dst, const void* src, int64_t n, cudaStream_t s) {
+  InlineBytes<N> p{};
+  std::memcpy(p.b, src, static_cast<size_t>(n));
+  const unsigned threads = static_cast<unsigned>(std::max<int64_t>(32, ceil_div(ceil_div(n, 16), 32) * 32));
+  launch_k(inline_copy_k<N>, 1, threads, 0, s, dst, p, n);
+  DI_CUDA_LAUNCHED();
+}
+
 __global__ void dequant_bf16_k(WeightView w, int64_t row0, int64_t n, __nv_bfloat16* out) {
   DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -137,6 +163,15 @@ void host_copy(void* dst, const void* src, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   launch_k(host_copy_k, grid(std::max<int64_t>(n / 16, 1)), kThreads, 0, s, dst, src, n);
   DI_CUDA_LAUNCHED();
+}
+
+bool inline_copy(void* dst, const void* src, int64_t n, cudaStream_t s) {
+  static const bool on = env_switch_on("DEEPINFER_CUDA_INLINE_UPLOAD");
+  if (!on || n <= 0 || n > kInlineCopyMax || reinterpret_cast<uintptr_t>(dst) % 16 != 0) return false;
+  if (n <= 256) inline_copy_n<256>(dst, src, n, s);
+  else if (n <= 1024) inline_copy_n<1024>(dst, src, n, s);
+  else inline_copy_n<kInlineCopyMax>(dst, src, n, s);
+  return true;
 }
 
 void dequant_bf16(const WeightView& w, int64_t row0, int64_t n, void* out, cudaStream_t s) {
