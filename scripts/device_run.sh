@@ -3,7 +3,7 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, sweep, engine, profile, kernels, trace, detail, check, probe, baseline,
+#   stages: test (default), bench, sweep, ab, engine, profile, kernels, trace, detail, check, probe, baseline,
 #   all (all but baseline, kernels, trace, detail and probe);
 #   BENCH_ARGS are passed to bench/bench_device (also under sweep, once per setting of SWEEP),
 #   TRACE_ARGS to it under the trace
@@ -72,6 +72,28 @@ for stage in $STAGES; do
         echo "== sweep: $setting (bench_device ${BENCH_ARGS:-})" >> "$R"
         # shellcheck disable=SC2086
         env $setting ./build/cuda/bench/bench_device ${BENCH_ARGS:-} 2>&1 | grep -E "^decode|^prefill" >> "$R"
+      done
+      ;;
+    ab)
+      # A/B on one machine (machines of one kind differ by a few percent): bench_device of this
+      # tree and of the tree with the patch AB_PATCH (default ab.patch, e.g. `git diff BASE >
+      # ab.patch`, left untracked so it travels) reverted, built in /tmp/ab-base, alternately
+      # AB_ROUNDS (default 2) times.
+      rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base
+      tar --exclude=./build -cf - . | tar -xf - -C /tmp/ab-base
+      patch=$(realpath "${AB_PATCH:-ab.patch}")
+      (cd /tmp/ab-base && patch -R -p1 -s < "$patch" &&
+        cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a &&
+        cmake --build build/cuda -j "$(nproc)" --target bench_device) >> "$OUT/build.log" 2>&1
+      echo "ab base build exit $?" >> "$R"
+      for _ in $(seq "${AB_ROUNDS:-2}"); do
+        for side in this base; do
+          dir=.
+          [ $side = base ] && dir=/tmp/ab-base
+          echo "== ab: $side (bench_device ${BENCH_ARGS:-})" >> "$R"
+          # shellcheck disable=SC2086
+          $dir/build/cuda/bench/bench_device ${BENCH_ARGS:-} 2>&1 | grep -E "^decode|^prefill" >> "$R"
+        done
       done
       ;;
     engine)

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -6,6 +7,26 @@
 #include "kernels/buffer.h"
 
 namespace deepinfer::kernels {
+
+void Backend::upload_batch(const UploadItem* items, int64_t n) {
+  std::vector<CopyDesc> copies;
+  int64_t max_bytes = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (items[i].bytes <= 0) continue;
+    if (!items[i].from_device) {
+      upload(items[i].dst, items[i].src, items[i].bytes);
+      continue;
+    }
+    copies.push_back({.dst = items[i].dst, .src = items[i].src, .bytes = items[i].bytes});
+    max_bytes = std::max(max_bytes, items[i].bytes);
+  }
+  if (copies.empty()) return;
+  const int64_t nc = static_cast<int64_t>(copies.size());
+  if (host_memory()) return copy_batch({.descs = copies.data(), .n = nc, .max_bytes = max_bytes});
+  Buf<CopyDesc> d(*this);
+  d.upload(copies);
+  copy_batch({.descs = d.data(), .n = nc, .max_bytes = max_bytes});
+}
 
 void Backend::grouped_matmul(const GroupedMatmulArgs& a) {
   DI_CHECK(!a.w2 == !a.y2, "grouped matmul: a second product needs both w2 and y2");

@@ -223,6 +223,14 @@ struct AttentionArgs {
   int64_t rope_dim = 0;
 };
 
+// One host array for Backend::upload_batch.
+struct UploadItem {
+  void* dst = nullptr;        // backend memory
+  const void* src = nullptr;  // host memory, or backend memory when from_device
+  int64_t bytes = 0;
+  bool from_device = false;
+};
+
 // Independent copies in one op (e.g. every sequence's new window entries into its ring).
 struct CopyDesc {
   void* dst = nullptr;
@@ -477,6 +485,12 @@ class Backend {
   virtual void* alloc(int64_t bytes) = 0;
   virtual void release(void* p) = 0;
   virtual void upload(void* dst, const void* src, int64_t bytes) = 0;    // host -> backend
+  // Several uploads, then copies within backend memory (items from_device), as one op where the
+  // backend can (a step's small inputs, a layer's descriptors and ring writes: one launch on
+  // CUDA); each host src may be reused once this returns, as upload's. The copies' regions must
+  // not overlap each other or the uploads'. By default: upload per host item, then one
+  // copy_batch.
+  virtual void upload_batch(const UploadItem* items, int64_t n);
   virtual void download(void* dst, const void* src, int64_t bytes) = 0;  // backend -> host
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;      // backend -> backend, no overlap
   virtual void zero(void* p, int64_t bytes) = 0;

@@ -169,11 +169,17 @@ int64_t DeepseekV41::late_layer_start() const {
   return *std::max_element(cfg_.kv_source_layer_ids.begin(), cfg_.kv_source_layer_ids.end()) + 1;
 }
 
+namespace {
+std::vector<kernels::UploadItem> copy_items(const std::vector<kernels::CopyDesc>& copies) {
+  std::vector<kernels::UploadItem> items;
+  for (const auto& c : copies) items.push_back({.dst = c.dst, .src = c.src, .bytes = c.bytes, .from_device = true});
+  return items;
+}
+}  // namespace
+
 void DeepseekV41::copy_batch(const std::vector<kernels::CopyDesc>& copies) {
-  if (copies.empty()) return;
-  kernels::Buf<kernels::CopyDesc> d(be_);
-  d.upload(copies);
-  copy_batch_staged(copies, d.data());
+  const auto items = copy_items(copies);
+  be_.upload_batch(items.data(), static_cast<int64_t>(items.size()));
 }
 
 void DeepseekV41::copy_batch_staged(const std::vector<kernels::CopyDesc>& copies, const kernels::CopyDesc* descs) {
@@ -199,23 +205,39 @@ void DeepseekV41::Staged::set(int64_t off, const std::vector<T>& v) {
   if (!v.empty()) std::memcpy(host.data() + off, v.data(), v.size() * sizeof(T));
 }
 
-void DeepseekV41::Staged::upload() {
+void DeepseekV41::Staged::upload(const std::vector<kernels::CopyDesc>& then_copy) {
   DI_CHECK(dev.size() == static_cast<int64_t>(host.size()), "staged arrays added after their buffer was made");
-  dev.upload(host);
+  auto items = copy_items(then_copy);
+  items.insert(items.begin(), kernels::UploadItem{.dst = dev.data(), .src = host.data(), .bytes = static_cast<int64_t>(host.size())});
+  dev.backend().upload_batch(items.data(), static_cast<int64_t>(items.size()));
 }
 
-void DeepseekV41::set_positions(Scratch& s) {
-  s.d_pos.upload(s.pos);
+template <class T>
+void DeepseekV41::Uploads::add(kernels::Buf<T>& dst, const std::vector<T>& src) {
+  const int64_t bytes = static_cast<int64_t>(src.size() * sizeof(T));
+  dst.resize(static_cast<int64_t>(src.size()));
+  held.emplace_back(reinterpret_cast<const uint8_t*>(src.data()), reinterpret_cast<const uint8_t*>(src.data()) + bytes);
+  items.push_back({.dst = dst.data(), .src = held.back().data(), .bytes = bytes});
+}
+
+void DeepseekV41::Uploads::send() {
+  be.upload_batch(items.data(), static_cast<int64_t>(items.size()));
+  items.clear();
+  held.clear();
+}
+
+void DeepseekV41::set_positions(Scratch& s, Uploads& up) {
+  up.add(s.d_pos, s.pos);
   std::vector<int64_t> padded(s.pos);
   padded.resize(static_cast<size_t>(std::max(s.n, s.n_pad)), 0);
   const int64_t rows = static_cast<int64_t>(padded.size());
   std::vector<float> c, sn;
   rope_main_.compute(padded.data(), rows, &c, &sn);
-  s.cos_main.upload(c);
-  s.sin_main.upload(sn);
+  up.add(s.cos_main, c);
+  up.add(s.sin_main, sn);
   rope_compress_.compute(padded.data(), rows, &c, &sn);
-  s.cos_comp.upload(c);
-  s.sin_comp.upload(sn);
+  up.add(s.cos_comp, c);
+  up.add(s.sin_comp, sn);
 }
 
 // Rows a graph bucket holds: powers of two up to 8, then multiples of 16.
@@ -304,22 +326,22 @@ void DeepseekV41::forward(std::span<SeqChunk> batch) {
       s.pos[static_cast<size_t>(s.row0[q] + i)] = batch[q].state->length() + i;
       tok[static_cast<size_t>(s.row0[q] + i)] = batch[q].tokens[i];
     }
-  set_positions(s);
-
-  // Streams: the embedding copied into every hc stream (padding rows zero). [n_pad, hc, D]
-  s.X.resize(np * hc * D);
+  // The step's host inputs in one op: positions and their RoPE tables, the tokens, and the
+  // previous site's pre mix (one-hot on stream 0, [n_pad, hc]).
+  kernels::Buf<int64_t> d_tok(be_);
   {
-    kernels::Buf<int64_t> d_tok(be_);
-    d_tok.upload(tok);
-    be_.gather_weight_rows({.w = w_.embed, .ids = d_tok.data(), .out = s.X.data(), .rows = total, .copies = hc});
-    if (np > total) be_.zero(s.X.data() + total * hc * D, (np - total) * hc * D * static_cast<int64_t>(sizeof(float)));
-  }
-  // Previous site's pre mix: one-hot on stream 0. [n_pad, hc]
-  {
+    Uploads up(be_);
+    set_positions(s, up);
+    up.add(d_tok, tok);
     std::vector<float> one_hot(static_cast<size_t>(np * hc), 0.0f);
     for (int64_t i = 0; i < np; ++i) one_hot[static_cast<size_t>(i * hc)] = 1.0f;
-    s.pre.upload(one_hot);
+    up.add(s.pre, one_hot);
+    up.send();
   }
+  // Streams: the embedding copied into every hc stream (padding rows zero). [n_pad, hc, D]
+  s.X.resize(np * hc * D);
+  be_.gather_weight_rows({.w = w_.embed, .ids = d_tok.data(), .out = s.X.data(), .rows = total, .copies = hc});
+  if (np > total) be_.zero(s.X.data() + total * hc * D, (np - total) * hc * D * static_cast<int64_t>(sizeof(float)));
   // Engram hash ids of every row, for all engram layers: [rows, n_engram_layers, cols] (host).
   std::vector<int64_t> hash_ids;
   int64_t hash_w = 0;
@@ -587,7 +609,9 @@ void DeepseekV41::compact_to_tail(std::span<SeqChunk> batch, Scratch& s, std::ve
   s.pos = std::move(pos);
   s.n = n;
   s.n_pad = n;
-  set_positions(s);
+  Uploads up(be_);
+  set_positions(s, up);
+  up.send();
 }
 
 void DeepseekV41::attention(int64_t l, Scratch& s) {
@@ -641,13 +665,12 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
       ring_reads.push_back({&ring.kv, win.data() + off * hd});
     }
   }
-  // One upload for those copies' descriptors, the ring reads', the window's positions, the
-  // sequences and the queries' sequence index; the window is assembled once it is sent, after
-  // the sources below (which neither read nor write it or the rings).
+  // One op uploads the ring reads' descriptors, the window's positions, the sequences and the
+  // queries' sequence index, then makes those copies; it runs after the sources below (which
+  // neither read nor write the window or the rings).
   int64_t live = 0;
   for (size_t qi = 0; qi < nseq; ++qi) live += s.rows[qi] > 0;
   Staged st(be_);
-  const int64_t copies_at = st.add(copies);
   const StagedReads reads = stage_reads(ring_reads, st);
   const int64_t win_pos_at = st.add(win_pos), seqs_at = st.add<kernels::AttentionSeq>(nullptr, live),
                 q_seq_at = st.add<int32_t>(nullptr, n);
@@ -702,8 +725,7 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     const auto [cs, sn] = rope_of(l, s);  // the queries' RoPE, applied by the call
     st.set(seqs_at, seqs);
     st.set(q_seq_at, q_seq);
-    st.upload();
-    copy_batch_staged(copies, st.at<kernels::CopyDesc>(copies_at));
+    st.upload(copies);
     run_reads(reads, st);
     be_.attention({.q = s.q.data(), .q_pos = s.d_pos.data(), .sink = A.attn_sink, .out = s.o.data(), .s = n, .heads = H,
                    .head_dim = hd, .window = c.sliding_window, .scale = 1.0f / std::sqrt(static_cast<float>(hd)),

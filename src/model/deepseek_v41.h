@@ -137,14 +137,25 @@ class DeepseekV41 {
   // hash_ids: host [rows, n_engram_layers, cols].
   void engram(int64_t layer, const std::vector<int64_t>& hash_ids, Scratch& s, float* X);
   void rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* cos, const float* sin, bool inverse);
-  // Uploads s.pos and its rope tables.
-  void set_positions(Scratch& s);
+  // Host arrays for several backend buffers, sent as one op (Backend::upload_batch): add()
+  // sizes the buffer and keeps a copy of the array until send().
+  struct Uploads {
+    explicit Uploads(kernels::Backend& b) : be(b) {}
+    template <class T>
+    void add(kernels::Buf<T>& dst, const std::vector<T>& src);
+    void send();
+    kernels::Backend& be;
+    std::vector<std::vector<uint8_t>> held;
+    std::vector<kernels::UploadItem> items;
+  };
+  // Adds s.pos and its rope tables to `up`.
+  void set_positions(Scratch& s, Uploads& up);
   // The copies (backend memory) as one op.
   void copy_batch(const std::vector<kernels::CopyDesc>& copies);
   // Small host arrays (descriptors, tables) for several ops in one upload: add() places each at
   // a 16-byte aligned offset of one byte buffer, alloc() makes the backend buffer (so at() gives
   // device addresses that other arrays may hold), set() fills a reserved array, upload() sends
-  // the whole buffer once.
+  // the whole buffer once, in one op with the copies given (Backend::upload_batch).
   struct Staged {
     explicit Staged(kernels::Backend& be) : dev(be) {}
     std::vector<uint8_t> host;
@@ -159,7 +170,7 @@ class DeepseekV41 {
     void alloc() { dev.resize(static_cast<int64_t>(host.size())); }
     template <class T>
     const T* at(int64_t off) const { return reinterpret_cast<const T*>(dev.data() + off); }
-    void upload();
+    void upload(const std::vector<kernels::CopyDesc>& then_copy = {});
   };
   // read_rows in two steps: its descriptors into a Staged (float caches copied, packed ones
   // per stored format), then, once uploaded, its ops.

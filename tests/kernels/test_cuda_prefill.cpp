@@ -546,3 +546,43 @@ TEST(CudaMultiSequence, BatchedCopiesAndRingReads) {
   EXPECT_EQ(dst[5097], 0);
   EXPECT_EQ(dst[6000], 0);
 }
+
+// upload_batch: the uploads, then the copies within device memory, whatever path it takes (one
+// launch for small batches; the default's uploads and copy_batch for a large upload or many
+// items), at sizes that are not multiples of 16 and copies at unaligned addresses.
+TEST(CudaMultiSequence, UploadBatchIsItsUploadsThenCopies) {
+  auto gpu = make_cuda_backend(0);
+  const size_t arena_bytes = 1 << 16;
+  const auto src_host = random_bytes(40000, 5);
+  Dev<uint8_t> src(src_host);
+  struct Case {
+    std::vector<size_t> up;    // host items' sizes, at 16-byte aligned offsets of the arena
+    std::vector<size_t> copy;  // copies' sizes, from src + 3 k to unaligned offsets of the arena
+    const char* what;
+  };
+  for (const Case& c : {Case{{8, 100, 517}, {512, 16, 37}, "one launch"}, Case{{8192, 24}, {512, 37}, "a large upload"},
+                        Case{{16}, std::vector<size_t>(40, 48), "many items"}, Case{{}, {20000, 30000}, "large copies"}}) {
+    Dev<uint8_t> arena(arena_bytes);
+    std::vector<uint8_t> want(arena_bytes, 0);
+    std::vector<std::vector<uint8_t>> host;
+    std::vector<UploadItem> items;
+    size_t at = 0;
+    for (size_t k = 0; k < c.up.size(); ++k) {
+      host.push_back(random_bytes(c.up[k], 60 + static_cast<uint32_t>(k)));
+      items.push_back({.dst = arena.p + at, .src = host.back().data(), .bytes = static_cast<int64_t>(c.up[k])});
+      std::memcpy(want.data() + at, host.back().data(), c.up[k]);
+      at = (at + c.up[k] + 15) / 16 * 16;
+    }
+    for (size_t k = 0; k < c.copy.size(); ++k) {
+      const size_t from = 3 * k % 7, to = at + 5;
+      ASSERT_LE(to + c.copy[k], arena_bytes) << c.what;
+      items.push_back({.dst = arena.p + to, .src = src.p + from, .bytes = static_cast<int64_t>(c.copy[k]), .from_device = true});
+      std::memcpy(want.data() + to, src_host.data() + from, c.copy[k]);
+      at = to + c.copy[k];
+    }
+    gpu->upload_batch(items.data(), static_cast<int64_t>(items.size()));
+    for (auto& h : host) std::fill(h.begin(), h.end(), uint8_t{0});  // the sources may be reused at once
+    gpu->synchronize();
+    EXPECT_EQ(arena.get(), want) << c.what;
+  }
+}

@@ -176,6 +176,11 @@ class CudaBackend final : public Backend {
     else DI_CUDA_CHECK(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, stream_));
     staging_off_ += (n + 255) & ~size_t{255};  // keep every staged copy 256-byte aligned
   }
+  void upload_batch(const UploadItem* items, int64_t n) override {
+    if (capturing_) refuse("an upload");
+    for (int64_t i = 0; i < n; ++i) check_size(items[i].bytes, "upload");
+    if (!cuda::inline_scatter(items, n, stream_)) Backend::upload_batch(items, n);
+  }
   void download(void* dst, const void* src, int64_t bytes) override {
     check_size(bytes, "download");
     if (capturing_) refuse("a download");

@@ -87,6 +87,12 @@ void host_copy(void* dst, const void* src, int64_t n, cudaStream_t s);
 // may be reused at once); false (nothing done) for other sizes or addresses.
 constexpr int kInlineCopyMax = 4096;
 bool inline_copy(void* dst, const void* src, int64_t n, cudaStream_t s);
+// Backend::upload_batch in one launch: the uploads' bytes in its parameters, then the copies
+// (up to kInlineScatterItems items, kInlineScatterBytes bytes of uploads with each item's rounded
+// up to 16, each upload's dst 16-byte aligned, kInlineScatterDeviceBytes of copies); false
+// (nothing done) otherwise.
+constexpr int kInlineScatterItems = 32, kInlineScatterBytes = 3072, kInlineScatterDeviceBytes = 32768;
+bool inline_scatter(const UploadItem* items, int64_t n, cudaStream_t s);
 void fill_random(const RandomFillArgs& a, cudaStream_t s);
 void copy_batch(const CopyBatchArgs& a, cudaStream_t s);
 void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s);

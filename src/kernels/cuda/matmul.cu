@@ -118,6 +118,31 @@ void inline_copy_n(void* dst, const void* src, int64_t n, cudaStream_t s) {
   DI_CUDA_LAUNCHED();
 }
 
+// Several uploads in one launch's parameters (item k's bytes at b + off, to dst), then copies
+// within device memory (items with a src).
+struct ScatterParams {
+  struct Item {
+    void* dst;
+    const void* src;  // null: the bytes at b + off
+    int32_t off, bytes;
+  };
+  int32_t n;
+  Item it[kInlineScatterItems];
+  alignas(16) unsigned char b[kInlineScatterBytes];
+};
+__global__ void inline_scatter_k(const __grid_constant__ ScatterParams p) {
+  DI_PDL_ENTRY();
+  for (int k = 0; k < p.n; ++k) {
+    const ScatterParams::Item& it = p.it[k];
+    const unsigned char* src = it.src ? static_cast<const unsigned char*>(it.src) : p.b + it.off;
+    int full = it.bytes / 16;
+    if (it.src && ((reinterpret_cast<uintptr_t>(it.src) | reinterpret_cast<uintptr_t>(it.dst)) & 15u) != 0) full = 0;
+    for (int i = threadIdx.x; i < full; i += blockDim.x)
+      reinterpret_cast<uint4*>(it.dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    for (int i = full * 16 + threadIdx.x; i < it.bytes; i += blockDim.x) static_cast<unsigned char*>(it.dst)[i] = src[i];
+  }
+}
+
 __global__ void dequant_bf16_k(WeightView w, int64_t row0, int64_t n, __nv_bfloat16* out) {
   DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -171,6 +196,36 @@ bool inline_copy(void* dst, const void* src, int64_t n, cudaStream_t s) {
   if (n <= 256) inline_copy_n<256>(dst, src, n, s);
   else if (n <= 1024) inline_copy_n<1024>(dst, src, n, s);
   else inline_copy_n<kInlineCopyMax>(dst, src, n, s);
+  return true;
+}
+
+bool inline_scatter(const UploadItem* items, int64_t n, cudaStream_t s) {
+  static const bool on = env_switch_on("DEEPINFER_CUDA_INLINE_UPLOAD");
+  if (!on || n <= 0 || n > kInlineScatterItems) return false;
+  int64_t host = 0, device = 0, largest = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const UploadItem& u = items[k];
+    if (u.bytes < 0 || (!u.from_device && reinterpret_cast<uintptr_t>(u.dst) % 16 != 0)) return false;
+    (u.from_device ? device : host) += (u.bytes + 15) / 16 * 16;
+    largest = std::max(largest, u.bytes);
+  }
+  if (host > kInlineScatterBytes || device > kInlineScatterDeviceBytes) return false;
+  ScatterParams p{};
+  int32_t off = 0, m = 0;
+  for (int pass = 0; pass < 2; ++pass)  // the uploads, then the copies
+    for (int64_t k = 0; k < n; ++k) {
+      const UploadItem& u = items[k];
+      if (u.from_device != (pass == 1) || u.bytes == 0) continue;
+      p.it[m++] = {u.dst, u.from_device ? u.src : nullptr, off, static_cast<int32_t>(u.bytes)};
+      if (u.from_device) continue;
+      std::memcpy(p.b + off, u.src, static_cast<size_t>(u.bytes));
+      off += static_cast<int32_t>((u.bytes + 15) / 16 * 16);
+    }
+  if (m == 0) return true;
+  p.n = m;
+  const unsigned threads = static_cast<unsigned>(std::min<int64_t>(256, std::max<int64_t>(32, ceil_div(ceil_div(largest, 16), 32) * 32)));
+  launch_k(inline_scatter_k, 1, threads, 0, s, p);
+  DI_CUDA_LAUNCHED();
   return true;
 }
 
