@@ -553,6 +553,7 @@ TEST(CudaSelect, GreedyDrawIsTheCpusArgmaxRule) {
   x[3 * V + 17] = inf;                              // +inf wins, the first of two
   x[3 * V + 18] = inf;
   x[4 * V + 129279] = 1e30f;                        // the last id
+  x[5 * V + 2019] = x[5 * V + 2020] = 7.0f;         // a tie across the split greedy path's slices
   std::vector<int32_t> cpu(rows);
   b.cpu->sample_rows({.x = x.data(), .ids = cpu.data(), .rows = rows, .cols = V});
   EXPECT_EQ(cpu[0], 70000);
@@ -560,11 +561,24 @@ TEST(CudaSelect, GreedyDrawIsTheCpusArgmaxRule) {
   EXPECT_EQ(cpu[2], 0);
   EXPECT_EQ(cpu[3], 17);
   EXPECT_EQ(cpu[4], 129279);
+  EXPECT_EQ(cpu[5], 2019);
   Dev<float> dx(x);
-  Dev<int32_t> dids(static_cast<size_t>(rows));
+  Dev<int32_t> dids(static_cast<size_t>(rows)), one(1);
   b.gpu->sample_rows({.x = dx.p, .ids = dids.p, .rows = rows, .cols = V});
+  b.gpu->sample_rows({.x = dx.p, .ids = one.p, .rows = 1, .cols = V});  // (batch-1 decode)
   b.gpu->synchronize();
   EXPECT_EQ(dids.get(), cpu);
+  EXPECT_EQ(one.get()[0], cpu[0]);
+  // Rows enough for one block a row (more than the split path takes): the same ids.
+  const int64_t many = 40;
+  std::vector<float> xm(static_cast<size_t>(many * V));
+  for (int64_t r = 0; r < many; ++r) std::copy(x.begin() + (r % rows) * V, x.begin() + (r % rows + 1) * V, xm.begin() + r * V);
+  Dev<float> dxm(xm);
+  Dev<int32_t> dm(static_cast<size_t>(many));
+  b.gpu->sample_rows({.x = dxm.p, .ids = dm.p, .rows = many, .cols = V});
+  b.gpu->synchronize();
+  const auto got = dm.get();
+  for (int64_t r = 0; r < many; ++r) EXPECT_EQ(got[static_cast<size_t>(r)], cpu[static_cast<size_t>(r % rows)]) << "row " << r;
 }
 
 TEST(CudaSelect, DrawsAreTheCpuBackendsTokens) {

@@ -499,9 +499,63 @@ __global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* sc
                a.top_logprobs + row * a.max_logprobs, a.max_logprobs, sh);
 }
 
+// Every row greedy (no params) and few rows: each row's argmax in kArgmaxParts blocks of one
+// slice each, then one warp a row takes the best of the slices' bests. The largest value with
+// ties to the lowest id (NaN as -inf) is the same whichever way the ids are split, so the token
+// is block_argmax's; one block a row read 129,280 logits in 19 us, latency the step waits for.
+constexpr int kArgmaxParts = 64;
+constexpr int64_t kArgmaxSplitRows = 32;
+struct ArgmaxPart {
+  float v;
+  int64_t i;
+};
+__global__ void __launch_bounds__(kT) argmax_part_k(const float* x, int64_t cols, ArgmaxPart* parts) {
+  DI_PDL_ENTRY();
+  __shared__ float sv[32];
+  __shared__ int64_t si[32];
+  const int64_t row = blockIdx.y, per = (cols + gridDim.x - 1) / gridDim.x;
+  const int64_t c0 = blockIdx.x * per, c1 = std::min(cols, c0 + per);
+  const float* l = x + row * cols;
+  float bv = -INFINITY;
+  int64_t bi = -1;
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += kT) {
+    const float v = l[c];
+    if (v > bv) {
+      bv = v;
+      bi = c;
+    }
+  }
+  block_best(bv, bi, sv, si);
+  if (threadIdx.x == 0) parts[row * gridDim.x + blockIdx.x] = {bv, bi};
+}
+__global__ void argmax_final_k(const ArgmaxPart* parts, int32_t* ids) {
+  DI_PDL_ENTRY();
+  const int64_t row = blockIdx.x;
+  float bv = -INFINITY;
+  int64_t bi = -1;
+  for (int k = static_cast<int>(threadIdx.x); k < kArgmaxParts; k += 32) {
+    const ArgmaxPart p = parts[row * kArgmaxParts + k];
+    if (p.i >= 0 && (bi < 0 || p.v > bv || (p.v == bv && p.i < bi))) {
+      bv = p.v;
+      bi = p.i;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  if (threadIdx.x == 0) ids[row] = static_cast<int32_t>(bi < 0 ? 0 : bi);
+}
+bool argmax_split(const SampleRowsArgs& a) { return !a.params && a.rows <= kArgmaxSplitRows && a.cols >= 64 * kArgmaxParts; }
+
 }  // namespace
 
 int64_t sample_rows_scratch_bytes(const SampleRowsArgs& a) {
+  if (argmax_split(a)) return a.rows * kArgmaxParts * static_cast<int64_t>(sizeof(ArgmaxPart));
   if (!a.params) return 0;  // every row greedy: no weights
   return std::min<int64_t>(a.rows, kRowsPerLaunch) * a.cols * static_cast<int64_t>(sizeof(double));
 }
@@ -522,6 +576,14 @@ void sample_rows(const SampleRowsArgs& a, void* scratch, cudaStream_t s) {
       DI_CUDA_CHECK(cudaMemsetAsync(a.top_logprobs, 0, static_cast<size_t>(a.rows * a.max_logprobs) * sizeof(float), s));
       DI_CUDA_CHECK(cudaStreamSynchronize(s));  // lp is a host temporary
     }
+    return;
+  }
+  if (argmax_split(a)) {
+    auto* parts = static_cast<ArgmaxPart*>(scratch);
+    launch_k(argmax_part_k, dim3(kArgmaxParts, static_cast<unsigned>(a.rows)), kT, 0, s, a.x, a.cols, parts);
+    DI_CUDA_LAUNCHED();
+    launch_k(argmax_final_k, static_cast<unsigned>(a.rows), 32, 0, s, static_cast<const ArgmaxPart*>(parts), a.ids);
+    DI_CUDA_LAUNCHED();
     return;
   }
   for (int64_t r0 = 0; r0 < a.rows; r0 += kRowsPerLaunch) {
