@@ -88,11 +88,15 @@ __device__ __forceinline__ void for_chunk(const T* p, int64_t b0, int64_t b1, F 
 
 __device__ double block_sum_d(double v, Shared& sh) { return block_sum_ordered(v, sh.part); }
 
-// The block's best (value descending, then id ascending; id -1 = none) of every thread's
-// (bv, bi); every thread gets it. sv, si: [32] in shared memory.
+// Whether (v, i) ranks before (w, j): value descending, then id ascending; id -1 = none.
 template <class V>
-__device__ void block_best(V& bv, int64_t& bi, V* sv, int64_t* si) {
-  auto better = [](V v, int64_t i, V w, int64_t j) { return j < 0 || (i >= 0 && (v > w || (v == w && i < j))); };
+__device__ __forceinline__ bool better(V v, int64_t i, V w, int64_t j) {
+  return j < 0 || (i >= 0 && (v > w || (v == w && i < j)));
+}
+
+// The warp's best of every lane's (bv, bi); every lane gets it.
+template <class V>
+__device__ void warp_best(V& bv, int64_t& bi) {
   for (int o = 16; o > 0; o >>= 1) {
     const V ov = __shfl_xor_sync(0xffffffffu, bv, o);
     const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -101,6 +105,13 @@ __device__ void block_best(V& bv, int64_t& bi, V* sv, int64_t* si) {
       bi = oi;
     }
   }
+}
+
+// The block's best of every thread's (bv, bi); every thread gets it. sv, si: [32] in shared
+// memory.
+template <class V>
+__device__ void block_best(V& bv, int64_t& bi, V* sv, int64_t* si) {
+  warp_best(bv, bi);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __syncthreads();
   if (lane == 0) {
@@ -535,19 +546,12 @@ __global__ void argmax_final_k(const ArgmaxPart* parts, int32_t* ids) {
   int64_t bi = -1;
   for (int k = static_cast<int>(threadIdx.x); k < kArgmaxParts; k += 32) {
     const ArgmaxPart p = parts[row * kArgmaxParts + k];
-    if (p.i >= 0 && (bi < 0 || p.v > bv || (p.v == bv && p.i < bi))) {
+    if (better(p.v, p.i, bv, bi)) {
       bv = p.v;
       bi = p.i;
     }
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
-      bv = ov;
-      bi = oi;
-    }
-  }
+  warp_best(bv, bi);
   if (threadIdx.x == 0) ids[row] = static_cast<int32_t>(bi < 0 ? 0 : bi);
 }
 bool argmax_split(const SampleRowsArgs& a) { return !a.params && a.rows <= kArgmaxSplitRows && a.cols >= 64 * kArgmaxParts; }
