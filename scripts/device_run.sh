@@ -85,9 +85,12 @@ for stage in $STAGES; do
       (cd /tmp/ab-base && patch -R -p1 -s < "$patch" &&
         cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a &&
         cmake --build build/cuda -j "$(nproc)" --target bench_device) >> "$OUT/build.log" 2>&1
-      echo "ab base build exit $?" >> "$R"
+      base_rc=$?
+      echo "ab base build exit $base_rc" >> "$R"
+      sides="this base"
+      [ $base_rc -eq 0 ] || sides=this
       for _ in $(seq "${AB_ROUNDS:-2}"); do
-        for side in this base; do
+        for side in $sides; do
           dir=.
           [ $side = base ] && dir=/tmp/ab-base
           echo "== ab: $side (bench_device ${BENCH_ARGS:-})" >> "$R"

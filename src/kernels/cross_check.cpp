@@ -29,6 +29,11 @@ class Forwarding : public Backend {
   void upload(void* dst, const void* src, int64_t b) override {
     around("upload", [this, dst, src, b] { d_->upload(dst, src, b); });
   }
+  // (As an upload: a decorator that refuses uploads, e.g. while capturing, refuses it too.)
+  void upload_batch(const UploadItem* items, int64_t n) override {
+    std::vector<UploadItem> v(items, items + n);
+    around("upload", [this, v] { d_->upload_batch(v.data(), static_cast<int64_t>(v.size())); });
+  }
   void download(void* dst, const void* src, int64_t b) override {
     around("download", [this, dst, src, b] { d_->download(dst, src, b); });
   }

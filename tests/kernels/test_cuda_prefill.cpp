@@ -288,12 +288,13 @@ TEST(CudaPrefill, CandidateBlocks) {
 // Several sequences in one attention call (AttentionArgs.seqs) on `gpu`: the CPU reference
 // within tol, and each query's output bitwise equal to its sequence attended alone on the GPU
 // (batch invariance). total: pass AttentionArgs.total_entries (else the backend's bound).
-void check_multi_sequence_attention(Backends& b, Backend& gpu, double tol, bool total) {
+struct SeqShape {
+  int64_t m, t_win, t_comp;  // queries, window rows, compressed rows
+};
+void check_multi_sequence_attention(Backends& b, Backend& gpu, double tol, bool total,
+                                    const std::vector<SeqShape>& shape = {{1, 128, 2048}, {5, 40, 0}, {1, 10, 300}, {3, 130, 64}}) {
   const int64_t H = 64, hd = 512, window = 128;
-  struct Seq {
-    int64_t m, t_win, t_comp;
-  };
-  const std::vector<Seq> shape{{1, 128, 2048}, {5, 40, 0}, {1, 10, 300}, {3, 130, 64}};
+  using Seq = SeqShape;
   int64_t s = 0;
   for (const Seq& q : shape) s += q.m;
   const std::vector<float> q = randn(static_cast<size_t>(s * H * hd), 11), sink = randn(static_cast<size_t>(H), 12);
@@ -385,12 +386,16 @@ TEST(CudaMultiSequence, AttentionMatchesTheCpuAndEachSequenceAlone) {
 
 // The bf16 backend stages every sequence's entries as bf16 rows (at the sequence's first row,
 // the sum of the earlier ones' rows) before its tensor-core kernel: with total_entries given and
-// with the backend's own bound. Inputs unrounded: within 1e-2 (check_attention's bound).
+// with the backend's own bound, and for a call of few queries. Inputs unrounded: within 1e-2
+// (check_attention's bound).
 TEST(CudaMultiSequence, AttentionOnTheTensorCoresMatchesTheCpuAndEachSequenceAlone) {
   Backends b;
   auto bf16 = make_cuda_backend(0, Precision::kBF16);
   check_multi_sequence_attention(b, *bf16, 1e-2, true);
   check_multi_sequence_attention(b, *bf16, 1e-2, false);
+  // At most 8 queries (decode-sized): only the selected compressed rows are staged, here for
+  // sequences of several queries each.
+  check_multi_sequence_attention(b, *bf16, 1e-2, true, {{1, 128, 2048}, {3, 130, 64}, {2, 10, 300}});
 }
 
 // The indexer's batched ops (one launch over several sequences) against one call per sequence:

@@ -585,15 +585,19 @@ __global__ void entries_bf16_k(AttentionArgs a, __nv_bfloat16* out, int64_t cap,
 }
 
 // Packed windows for the float32 kernels: block (chunk, sequence si) dequantises the sequence's
-// window into wins at row si * max_t_win (dequant_packed's values) and the chunk-0 block writes
-// its AttentionSeq there with win set.
-__global__ void unpack_windows_k(AttentionArgs a, AttentionSeq* seqs, float* wins) {
+// window into wins from row e0 = the window rows of the sequences before it (dequant_packed's
+// values), and the chunk-0 block writes its AttentionSeq there with win set.
+__global__ void unpack_windows_k(AttentionArgs a, AttentionSeq* seqs, float* wins, int64_t cap) {
   DI_PDL_ENTRY();
   const int64_t si = blockIdx.y, D = a.head_dim;
+  __shared__ long long s_part[kThreads / 32];
+  long long before = 0;
+  for (int64_t i = threadIdx.x; i < si; i += blockDim.x) before += a.seqs[i].t_win;
+  const int64_t e0 = block_sum_ordered(before, s_part);
   const AttentionSeq e = a.seqs[si];
-  float* win = wins + si * a.max_t_win * D;
+  if (e0 + e.t_win > cap) __trap();  // the rows' bound (AttentionArgs.total_entries) below the truth
+  float* win = wins + e0 * D;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    if (e.t_win > a.max_t_win) __trap();  // AttentionArgs.max_t_win below the truth
     AttentionSeq u = e;
     u.win = win;
     u.win_codes = u.win_scales = nullptr;
@@ -1104,10 +1108,13 @@ void attention(const AttentionArgs& a, bool bf16, Temp& tmp, cudaStream_t s) {
   if (a.seqs && a.win_block > 0 && (!mma || a.win_block % 8 != 0)) {
     // Packed windows for the float32 kernels (the tensor-core path decodes them as it stages its
     // entries): dequantised into a copy of the sequences' descriptors.
+    // Σ t_win rows at most: total_entries when given (it counts the compressed rows too).
+    const int64_t rows = a.total_entries > 0 ? a.total_entries : a.n_seqs * a.max_t_win;
     auto* seqs = tmp.take_n<AttentionSeq>(a.n_seqs);
-    float* wins = tmp.take_n<float>(std::max<int64_t>(a.n_seqs * a.max_t_win * a.head_dim, 1));
+    float* wins = tmp.take_n<float>(std::max<int64_t>(rows * a.head_dim, 1));
     const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(ceil_div(a.max_t_win * a.head_dim, kThreads), 4096));
-    launch_k(unpack_windows_k, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(a.n_seqs)), kThreads, 0, s, a, seqs, wins);
+    launch_k(unpack_windows_k, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(a.n_seqs)), kThreads, 0, s, a, seqs,
+             wins, rows);
     DI_CUDA_LAUNCHED();
     AttentionArgs b = a;
     b.seqs = seqs;

@@ -85,7 +85,7 @@ void dequant_bf16(const WeightView& w, int64_t row0, int64_t n, void* out, cudaS
 void host_copy(void* dst, const void* src, int64_t n, cudaStream_t s);
 // Up to kInlineCopyMax bytes to a 16-byte aligned dst, carried in the launch's parameters (src
 // may be reused at once); false (nothing done) for other sizes or addresses.
-constexpr int kInlineCopyMax = 4096;
+constexpr int kInlineCopyMax = 4064;  // (its parameters within the classic 4 KB)
 bool inline_copy(void* dst, const void* src, int64_t n, cudaStream_t s);
 // Backend::upload_batch in one launch: the uploads' bytes in its parameters, then the copies
 // (up to kInlineScatterItems items, kInlineScatterBytes bytes of uploads with each item's rounded
