@@ -75,6 +75,32 @@ TEST_P(OnDevice, ChunkingIsBitwiseIdentical) {
   EXPECT_EQ(std::memcmp(single.data(), one.data(), one.size() * sizeof(float)), 0);
 }
 
+// Head dims that do not divide into the FP8 windows' or the indexer keys' 32-channel blocks keep
+// those caches as float32 rows (state.h): chunked prompts then read the cached rows back as
+// copies, and must give the same bits as one call (CPU: the CUDA attention needs head dims of a
+// multiple of 32).
+TEST(Invariance, FloatCachesChunkingIsBitwiseIdentical) {
+  auto cfg = loader::parse_config(R"({
+    "vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 5, "num_attention_heads": 2,
+    "head_dim": 48, "q_lora_rank": 32, "qk_rope_head_dim": 8, "o_groups": 2, "o_lora_rank": 16,
+    "sliding_window": 16, "compress_ratios": [0, 2, 2, 1, 1],
+    "kv_source_layer_ids": [1, 3], "index_source_layer_ids": [1, 3], "candidate_source_layer_id": 3,
+    "candidate_block_size": 4, "candidate_topk_blocks": 5, "index_n_heads": 2, "index_head_dim": 48,
+    "index_topk": 8, "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "num_nextn_predict_layers": 0, "max_position_embeddings": 4096
+  })", "test-config");
+  auto be = kernels::make_cpu_backend(2);
+  model::DeepseekV41 m(cfg, model::random_weights(cfg, 13), *be);
+  std::vector<int64_t> toks(120);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int64_t>((i * 41 + 5) % 300);
+  auto one = run(m, toks, {120});
+  for (float v : one) ASSERT_TRUE(std::isfinite(v));
+  for (auto chunks : std::vector<std::vector<int64_t>>{{1}, {13, 9, 1}}) {
+    auto other = run(m, toks, chunks);
+    EXPECT_EQ(std::memcmp(other.data(), one.data(), one.size() * sizeof(float)), 0) << "chunks " << chunks[0];
+  }
+}
+
 TEST(Invariance, RandomWeightsDependOnlyOnTheSeed) {
   auto cfg = small_config();
   auto a = model::random_weights(cfg, 3), b = model::random_weights(cfg, 3), c = model::random_weights(cfg, 4);
