@@ -182,13 +182,6 @@ void DeepseekV41::copy_batch(const std::vector<kernels::CopyDesc>& copies) {
   be_.upload_batch(items.data(), static_cast<int64_t>(items.size()));
 }
 
-void DeepseekV41::copy_batch_staged(const std::vector<kernels::CopyDesc>& copies, const kernels::CopyDesc* descs) {
-  if (copies.empty()) return;
-  int64_t max_bytes = 0;
-  for (const auto& c : copies) max_bytes = std::max(max_bytes, c.bytes);
-  be_.copy_batch({.descs = descs, .n = static_cast<int64_t>(copies.size()), .max_bytes = max_bytes});
-}
-
 template <class T>
 int64_t DeepseekV41::Staged::add(const T* p, int64_t n) {
   const int64_t off = (static_cast<int64_t>(host.size()) + 15) / 16 * 16;
@@ -666,8 +659,8 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     }
   }
   // One op uploads the ring reads' descriptors, the window's positions, the sequences and the
-  // queries' sequence index, then makes those copies; it runs after the sources below (which
-  // neither read nor write the window or the rings).
+  // queries' sequence index, then makes those copies and the float rings' reads; it runs after
+  // the sources below (which neither read nor write the window or the rings).
   int64_t live = 0;
   for (size_t qi = 0; qi < nseq; ++qi) live += s.rows[qi] > 0;
   Staged st(be_);
@@ -725,6 +718,7 @@ void DeepseekV41::attention(int64_t l, Scratch& s) {
     const auto [cs, sn] = rope_of(l, s);  // the queries' RoPE, applied by the call
     st.set(seqs_at, seqs);
     st.set(q_seq_at, q_seq);
+    copies.insert(copies.end(), reads.copies.begin(), reads.copies.end());
     st.upload(copies);
     run_reads(reads, st);
     be_.attention({.q = s.q.data(), .q_pos = s.d_pos.data(), .sink = A.attn_sink, .out = s.o.data(), .s = n, .heads = H,
@@ -883,9 +877,9 @@ void DeepseekV41::publish_rows(float* x, const std::vector<int64_t>& pos, int64_
 void DeepseekV41::read_rows(const std::vector<std::pair<const PackedRows*, float*>>& reads) {
   Staged st(be_);
   const StagedReads r = stage_reads(reads, st);
-  if (st.host.empty()) return;
+  if (st.host.empty() && r.copies.empty()) return;
   st.alloc();
-  st.upload();
+  st.upload(r.copies);
   run_reads(r, st);
 }
 
@@ -905,13 +899,11 @@ DeepseekV41::StagedReads DeepseekV41::stage_reads(const std::vector<std::pair<co
     if (it == r.formats.end()) it = r.formats.insert(r.formats.end(), {rows, {}, 0});
     it->descs.push_back({rows->codes_at(0), rows->scales_at(0), out, rows->size()});
   }
-  r.copies_at = st.add(r.copies);
   for (auto& f : r.formats) f.at = st.add(f.descs);
   return r;
 }
 
 void DeepseekV41::run_reads(const StagedReads& r, const Staged& st) {
-  copy_batch_staged(r.copies, st.at<kernels::CopyDesc>(r.copies_at));
   for (const auto& f : r.formats) {
     int64_t max_rows = 0;
     for (const auto& d : f.descs) max_rows = std::max(max_rows, d.rows);

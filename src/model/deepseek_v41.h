@@ -172,11 +172,10 @@ class DeepseekV41 {
     const T* at(int64_t off) const { return reinterpret_cast<const T*>(dev.data() + off); }
     void upload(const std::vector<kernels::CopyDesc>& then_copy = {});
   };
-  // read_rows in two steps: its descriptors into a Staged (float caches copied, packed ones
-  // per stored format), then, once uploaded, its ops.
+  // read_rows in two steps: its descriptors into a Staged (packed caches per stored format;
+  // float ones as copies, which Staged::upload makes), then, once uploaded, the dequantisations.
   struct StagedReads {
-    std::vector<kernels::CopyDesc> copies;
-    int64_t copies_at = 0;
+    std::vector<kernels::CopyDesc> copies;  // for Staged::upload
     struct Format {
       const PackedRows* rows;  // one cache of the format
       std::vector<kernels::PackedDesc> descs;
@@ -186,7 +185,6 @@ class DeepseekV41 {
   };
   StagedReads stage_reads(const std::vector<std::pair<const PackedRows*, float*>>& reads, Staged& st);
   void run_reads(const StagedReads& r, const Staged& st);
-  void copy_batch_staged(const std::vector<kernels::CopyDesc>& copies, const kernels::CopyDesc* descs);
   template <class T>
   kernels::Buf<T>& buf(kernels::Buf<T>& b, int64_t n);  // binds b to the backend, size n
   // Compressed-branch rows: compress RoPE at pos[i] (a group's first token), then the given
