@@ -21,6 +21,7 @@
 #include "model/deepseek_v41.h"
 #include "model/info.h"
 #include "model/weights.h"
+#include "runner/batch_runner.h"
 
 using namespace deepinfer;
 using Clock = std::chrono::steady_clock;
@@ -42,9 +43,9 @@ int64_t token(int64_t q, int64_t i, int64_t V) { return (q * 7919 + i * 104729 +
 // Prefills sequences [0, n) of `st` to `len` tokens each, `chunk` tokens per forward, with
 // CED bounded replay (rows before the last `window` of each prompt skip the decoder layers)
 // or exactly.
-void prefill(model::DeepseekV41& m, std::vector<model::SequenceState>& st, int64_t len, int64_t chunk, bool replay) {
-  const auto& c = m.config();
-  const bool can_replay = replay && m.late_layer_start() < c.num_hidden_layers;
+void prefill(runner::BatchRunner& r, std::vector<model::SequenceState>& st, int64_t len, int64_t chunk, bool replay) {
+  const auto& c = r.model().config();
+  const bool can_replay = replay && r.model().late_layer_start() < c.num_hidden_layers;
   std::vector<float> logits(static_cast<size_t>(c.vocab_size) * st.size());
   std::vector<std::vector<int64_t>> toks(st.size());
   for (size_t q = 0; q < st.size(); ++q)
@@ -52,7 +53,7 @@ void prefill(model::DeepseekV41& m, std::vector<model::SequenceState>& st, int64
   size_t q = 0;
   int64_t done = 0;  // tokens of sequence q already fed
   while (q < st.size()) {
-    std::vector<model::DeepseekV41::SeqChunk> batch;
+    std::vector<runner::Chunk> batch;
     int64_t budget = chunk;
     while (budget > 0 && q < st.size()) {
       const int64_t n = std::min(budget, len - done);
@@ -67,7 +68,7 @@ void prefill(model::DeepseekV41& m, std::vector<model::SequenceState>& st, int64
         done = 0;
       }
     }
-    m.forward(std::span<model::DeepseekV41::SeqChunk>(batch));
+    r.forward(std::span<runner::Chunk>(batch));
   }
 }
 
@@ -110,11 +111,12 @@ int main(int argc, char** argv) {
   model::Weights w = model::random_weights(cfg, static_cast<uint64_t>(seed), be.get(), fmt);
   const double stored = static_cast<double>(w.stored_bytes());
   model::DeepseekV41 m(cfg, std::move(w), *be);
-  m.set_graphs(graphs);
+  runner::BatchRunner batches(m);
+  batches.set_graphs(graphs);
   be->synchronize();
   std::printf("model %s: %.2fB parameters (%.2fB active per token), %s weights %.1f GB, made in %.1f s on %s, dtype %s, batch invariant %s, graphs %s\n",
               config_dir.c_str(), static_cast<double>(pc.total()) / 1e9, static_cast<double>(pc.active_per_token(cfg)) / 1e9,
-              format.c_str(), stored / 1e9, since(t0), device.c_str(), dtype.c_str(), invariant ? "on" : "off", m.graphs() ? "on" : "off");
+              format.c_str(), stored / 1e9, since(t0), device.c_str(), dtype.c_str(), invariant ? "on" : "off", batches.graphs() ? "on" : "off");
   std::printf("limits: %.2f TB/s memory bandwidth, %.0f TFLOP/s matmul peak\n", bandwidth / 1e12, peak / 1e12);
 
   // Bytes one decode step reads: the non-expert weights once, each expert some token routes
@@ -129,14 +131,14 @@ int main(int argc, char** argv) {
     std::vector<model::SequenceState> st;
     for (int64_t q = 0; q < B; ++q) st.push_back(m.new_state());
     auto tp = Clock::now();
-    prefill(m, st, ctx, std::max<int64_t>(chunk, ctx), true);
+    prefill(batches, st, ctx, std::max<int64_t>(chunk, ctx), true);
     be->synchronize();
     const double t_fill = since(tp);
     std::vector<int64_t> step(static_cast<size_t>(B));
     std::vector<int32_t> drawn(static_cast<size_t>(B));
     std::vector<double> times;
     for (int64_t s = 0; s < steps; ++s) {
-      std::vector<model::DeepseekV41::SeqChunk> batch;
+      std::vector<runner::Chunk> batch;
       for (int64_t q = 0; q < B; ++q) {
         step[static_cast<size_t>(q)] = token(q, ctx + s, cfg.vocab_size);
         // A greedy draw on the backend, as the engine does by default (sample_on_backend): only
@@ -145,7 +147,7 @@ int main(int argc, char** argv) {
                          .token = &drawn[static_cast<size_t>(q)]});
       }
       auto ts = Clock::now();
-      m.forward(std::span<model::DeepseekV41::SeqChunk>(batch));  // ends with the drawn ids' download
+      batches.forward(std::span<runner::Chunk>(batch));  // ends with the drawn ids' download
       times.push_back(since(ts));
     }
     std::sort(times.begin(), times.end());
@@ -171,7 +173,7 @@ int main(int argc, char** argv) {
     std::vector<model::SequenceState> st;
     for (int64_t q = 0; q < prompts; ++q) st.push_back(m.new_state());
     auto tp = Clock::now();
-    prefill(m, st, prompt_len, chunk, replay);
+    prefill(batches, st, prompt_len, chunk, replay);
     be->synchronize();
     const double t = since(tp), tokens = static_cast<double>(prompts * prompt_len);
     // FLOPs of the exact prefill (matmuls at 2 per active parameter, attention over window +

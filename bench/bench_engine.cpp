@@ -14,6 +14,7 @@
 #include "deepinfer/llm.h"
 #include "kernels/backend.h"
 #include "model/load.h"
+#include "runner/batch_runner.h"
 
 using namespace deepinfer;
 using Clock = std::chrono::steady_clock;
@@ -71,20 +72,21 @@ int main(int argc, char** argv) {
   auto be = kernels::make_cpu_backend(threads);
   auto lm = model::load_model(dir, *be, model::LoadFormat::kRandom, 0);
   auto& m = *lm.model;
+  runner::BatchRunner batches(m);
   const auto& c = m.config();
   std::vector<int64_t> toks;
   for (int t = 0; t < long_prompt; ++t) toks.push_back(3 + (t * 104729) % (V - 3));
   std::vector<float> exact(static_cast<size_t>(V)), replay(static_cast<size_t>(V));
   auto st = m.new_state();
   auto t0 = Clock::now();
-  m.forward(toks.data(), long_prompt, st, exact.data(), true);
+  batches.forward(toks.data(), long_prompt, st, exact.data(), true);
   const double t_exact = std::chrono::duration<double>(Clock::now() - t0).count();
   auto st2 = m.new_state();
-  model::DeepseekV41::SeqChunk ch{.tokens = toks.data(), .n = long_prompt, .state = &st2,
+  runner::Chunk ch{.tokens = toks.data(), .n = long_prompt, .state = &st2,
                                   .replay_from = std::max<int64_t>(0, long_prompt - c.sliding_window), .all_logits = false,
                                   .logits = replay.data()};
   t0 = Clock::now();
-  m.forward(std::span<model::DeepseekV41::SeqChunk>(&ch, 1));
+  batches.forward(std::span<runner::Chunk>(&ch, 1));
   const double t_replay = std::chrono::duration<double>(Clock::now() - t0).count();
   double max_ref = 0, max_diff = 0;
   int64_t am_e = 0, am_r = 0;

@@ -29,6 +29,7 @@
 #include "loader/safetensors.h"
 #include "model/info.h"
 #include "model/quantize.h"
+#include "runner/batch_runner.h"
 
 using namespace deepinfer;
 using Clock = std::chrono::steady_clock;
@@ -128,6 +129,7 @@ int main(int argc, char** argv) {
   const int64_t stored = w.stored_bytes(), active = model::active_weight_bytes(cfg, w);
   auto backend = kernels::make_cpu_backend(threads);
   model::DeepseekV41 m(cfg, std::move(w), *backend);
+  runner::BatchRunner batches(m);
   std::printf("weights ready in %.1f s: %.1f MB stored, %.1f MB read per decode token\n", seconds_since(t_load),
               static_cast<double>(stored) / 1e6, static_cast<double>(active) / 1e6);
 
@@ -144,7 +146,7 @@ int main(int argc, char** argv) {
   model::SequenceState st = m.new_state();
   std::vector<float> logits(static_cast<size_t>(V));
   auto t0 = Clock::now();
-  m.forward(tokens.data(), prompt, st, logits.data(), /*last_only=*/true);
+  batches.forward(tokens.data(), prompt, st, logits.data(), /*last_only=*/true);
   const double t_prefill = seconds_since(t0);
   const double act = static_cast<double>(pc.active_per_token(cfg));
   std::printf("prefill: %lld tokens in %.3f s = %.1f tokens/s (%.2f GFLOP/s at 2 x %.1fM active params per token, attention excluded)\n",
@@ -155,7 +157,7 @@ int main(int argc, char** argv) {
   std::vector<double> times;
   for (int64_t i = 0; i < steps; ++i) {
     auto ts = Clock::now();
-    m.forward(&tokens[static_cast<size_t>(prompt + i)], 1, st, logits.data(), true);
+    batches.forward(&tokens[static_cast<size_t>(prompt + i)], 1, st, logits.data(), true);
     times.push_back(seconds_since(ts));
   }
   std::sort(times.begin(), times.end());

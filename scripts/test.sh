@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export CTEST_PARALLEL_LEVEL=${CTEST_PARALLEL_LEVEL:-2}
+# ccache keyed on paths relative to the checkout, so another clone of the tree reuses its objects.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 echo "== Release build (warnings as errors) and tests"
 cmake --preset ci >/dev/null
 cmake --build --preset ci

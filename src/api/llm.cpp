@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "kernels/backend.h"
 #include "model/load.h"
+#include "runner/batch_runner.h"
 #include "tokenizer/chat_encoding.h"
 
 namespace deepinfer {
@@ -15,6 +16,7 @@ struct LLM::Impl {
   EngineConfig cfg;
   std::unique_ptr<kernels::Backend> backend;
   model::LoadedModel lm;
+  std::unique_ptr<runner::BatchRunner> batches;  // the model's forwards (its graphs live across runs)
   EngineStats stats;
   std::shared_ptr<grammar::GrammarCache> grammars;  // structured-output grammars, kept across runs
 
@@ -34,7 +36,7 @@ struct LLM::Impl {
     o.sample_on_backend = cfg.sample_on_backend;
     o.on_text = on_text;
     o.grammars = grammars;
-    engine::Engine eng(*lm.model, lm.tokenizer.get(), o);
+    engine::Engine eng(*batches, lm.tokenizer.get(), o);
     auto outs = eng.run(std::move(reqs), on_finish);
     grammars = eng.grammar_cache();
     const auto& t = eng.times();
@@ -56,6 +58,7 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   impl_->lm = model::load_model(config.model, *impl_->backend,
                                 config.load_format == "random" ? model::LoadFormat::kRandom : model::LoadFormat::kAuto,
                                 config.seed);
+  impl_->batches = std::make_unique<runner::BatchRunner>(*impl_->lm.model);
 }
 
 LLM::~LLM() = default;

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include "tokenizer/tokenizer.h"
 #include "model/info.h"
+#include "runner/batch_runner.h"
 
 namespace deepinfer::cli {
 
@@ -85,6 +86,7 @@ int cmd_logits(const std::vector<std::string>& args) {
       f["model"], *backend, fmt == "random" ? model::LoadFormat::kRandom : model::LoadFormat::kAuto,
       static_cast<uint64_t>(f.count("seed") ? parse_int("seed", f["seed"]) : 0));
   model::DeepseekV41& m = *lm.model;
+  runner::BatchRunner batches(m);
   const int64_t V = m.config().vocab_size;
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= V)
@@ -95,7 +97,7 @@ int cmd_logits(const std::vector<std::string>& args) {
   std::vector<float> logits(ids.size() * static_cast<size_t>(V));
   int64_t done = 0;
   for (int64_t c : chunk_plan(static_cast<int64_t>(ids.size()), sizes)) {
-    m.forward(ids.data() + done, c, st, logits.data() + done * V);
+    batches.forward(ids.data() + done, c, st, logits.data() + done * V);
     done += c;
   }
   auto t2 = std::chrono::steady_clock::now();

@@ -54,8 +54,8 @@ struct Engine::Live {
   int remaining = 0;
 };
 
-Engine::Engine(model::DeepseekV41& model, const tokenizer::Tokenizer* tok, EngineOptions opts)
-    : model_(model), tok_(tok), opts_(opts), grammars_(opts_.grammars) {
+Engine::Engine(runner::BatchRunner& batches, const tokenizer::Tokenizer* tok, EngineOptions opts)
+    : batches_(batches), model_(batches.model()), tok_(tok), opts_(opts), grammars_(opts_.grammars) {
   if (opts_.sampler_threads > 1) pool_ = std::make_unique<core::ThreadPool>(opts_.sampler_threads);
   for (int64_t e : model_.config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(e));
   if (tok_ && tok_->eos_id() && std::find(eos_ids_.begin(), eos_ids_.end(), *tok_->eos_id()) == eos_ids_.end())
@@ -85,7 +85,7 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
   const int64_t V = model_.config().vocab_size;
   cache::StateCache cache(model_.config(), model_.backend(), opts_.memory_budget_bytes);
   sched::Scheduler scheduler(opts_.sched, cache);
-  runner::ModelRunner runner(model_, cache);
+  runner::ModelRunner runner(batches_, cache);
   std::vector<std::unique_ptr<Live>> live;
   live.reserve(requests.size());
   int64_t next_id = 0;

@@ -22,6 +22,7 @@
 #include "deepinfer/outputs.h"
 #include "deepinfer/sampling_params.h"
 #include "model/deepseek_v41.h"
+#include "runner/batch_runner.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -70,8 +71,9 @@ struct StepTimes {
 
 class Engine {
  public:
-  // tok may be null (then outputs have no text and stop strings are an error).
-  Engine(model::DeepseekV41& model, const tokenizer::Tokenizer* tok, EngineOptions opts);
+  // tok may be null (then outputs have no text and stop strings are an error). The runner
+  // (and its model) outlive the engine; its graphs stay with it across engines.
+  Engine(runner::BatchRunner& batches, const tokenizer::Tokenizer* tok, EngineOptions opts);
   ~Engine();
 
   // Runs every request to completion; outputs in request order. on_finish (optional) is
@@ -88,6 +90,7 @@ class Engine {
   // The request's compiled grammar, or "" with an error message (structured outputs only).
   std::string structured_output_error(const SamplingParams& p);
   struct Live;  // per-request running state
+  runner::BatchRunner& batches_;
   model::DeepseekV41& model_;
   const tokenizer::Tokenizer* tok_;
   EngineOptions opts_;

@@ -6,7 +6,7 @@ namespace deepinfer::runner {
 
 StepOutput ModelRunner::run(const sched::StepPlan& plan, const DrawOnBackend& draw_on_backend) {
   StepOutput out;
-  const int64_t V = model_.config().vocab_size;
+  const int64_t V = vocab_size();
   int64_t n_logits = 0;
   std::vector<kernels::DrawParams> draws;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
@@ -26,11 +26,11 @@ StepOutput ModelRunner::run(const sched::StepPlan& plan, const DrawOnBackend& dr
     out.top_ids[k].assign(n, -1);
     out.top_logprobs[k].assign(n, 0.0f);
   }
-  std::vector<model::DeepseekV41::SeqChunk> chunks;
+  std::vector<Chunk> chunks;
   chunks.reserve(plan.chunks.size());
   size_t k = 0;
   for (const auto& c : plan.chunks) {
-    model::DeepseekV41::SeqChunk ch;
+    Chunk ch;
     ch.tokens = c.seq->tokens.data() + c.start;
     ch.n = c.n;
     ch.state = &cache_.acquire(c.seq->id);
@@ -49,7 +49,7 @@ StepOutput ModelRunner::run(const sched::StepPlan& plan, const DrawOnBackend& dr
     }
     chunks.push_back(ch);
   }
-  if (!chunks.empty()) model_.forward(std::span<model::DeepseekV41::SeqChunk>(chunks));
+  if (!chunks.empty()) batches_.forward(std::span<Chunk>(chunks));
   for (const auto& c : plan.chunks) c.seq->num_computed += c.n;
   return out;
 }

@@ -1,9 +1,9 @@
 // ModelRunner: lays a StepPlan out as one batched forward and returns the rows to sample.
 //
 // Purpose: the seam between scheduling and the model — for every scheduled chunk it points
-// the model at the sequence's tokens and state (from the StateCache), runs one
-// DeepseekV41::forward over all chunks, and advances each sequence's computed count. Only
-// the chunks that end at a sequence's last token get logits (their last row).
+// the model at the sequence's tokens and state (from the StateCache), runs them as one
+// BatchRunner::forward, and advances each sequence's computed count. Only the chunks that end
+// at a sequence's last token get logits (their last row) or a token drawn on the backend.
 // Invariants: the plan's chunks are disjoint sequences; logits rows follow plan order.
 // Threading: engine thread only; the backend parallelises inside ops.
 #pragma once
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cache/state_cache.h"
-#include "model/deepseek_v41.h"
+#include "runner/batch_runner.h"
 #include "sched/scheduler.h"
 
 namespace deepinfer::runner {
@@ -35,16 +35,16 @@ struct StepOutput {
 
 class ModelRunner {
  public:
-  ModelRunner(model::DeepseekV41& model, cache::StateCache& cache) : model_(model), cache_(cache) {}
+  ModelRunner(BatchRunner& batches, cache::StateCache& cache) : batches_(batches), cache_(cache) {}
   // draw_on_backend(seq): how the backend draws seq's next token from its raw logits (the
   // sampler's rule for a row with no penalties or mask), or nullopt for the row's logits: then
   // only the token (and the logprobs asked for) come back from the backend.
   using DrawOnBackend = std::function<std::optional<kernels::DrawParams>(const sched::Sequence&)>;
   StepOutput run(const sched::StepPlan& plan, const DrawOnBackend& draw_on_backend = nullptr);
-  int64_t vocab_size() const { return model_.config().vocab_size; }
+  int64_t vocab_size() const { return batches_.model().config().vocab_size; }
 
  private:
-  model::DeepseekV41& model_;
+  BatchRunner& batches_;
   cache::StateCache& cache_;
 };
 

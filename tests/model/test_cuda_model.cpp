@@ -21,6 +21,7 @@
 #include "model/deepseek_v41.h"
 #include "model/load.h"
 #include "tokenizer/tokenizer.h"
+#include "runner/batch_runner.h"
 
 using namespace deepinfer;
 
@@ -100,7 +101,7 @@ std::vector<float> bf16_logits(const std::string& dir, kernels::Backend& be, con
   const int64_t V = m.config().vocab_size, n = static_cast<int64_t>(tokens.size());
   std::vector<float> out(static_cast<size_t>(n * V));
   auto st = m.new_state();
-  m.forward(tokens.data(), n, st, out.data());
+  runner::BatchRunner(m).forward(tokens.data(), n, st, out.data());
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include "model/weights.h"
 #include "tokenizer/engram_map.h"
 #include "tokenizer/tokenizer.h"
+#include "runner/batch_runner.h"
 
 using namespace deepinfer;
 
@@ -189,7 +190,7 @@ std::vector<float> all_logits(const std::string& dir, const std::vector<int64_t>
   auto lm = model::load_model(dir, *be);
   auto st = lm.model->new_state();
   std::vector<float> out(toks.size() * 1024);
-  lm.model->forward(toks.data(), static_cast<int64_t>(toks.size()), st, out.data());
+  runner::BatchRunner(*lm.model).forward(toks.data(), static_cast<int64_t>(toks.size()), st, out.data());
   return out;
 }
 }  // namespace

@@ -13,6 +13,7 @@
 #include "model/deepseek_v41.h"
 #include "model/load.h"
 #include "model/devices.h"
+#include "runner/batch_runner.h"
 
 using namespace deepinfer;
 
@@ -23,10 +24,12 @@ struct Fixture {
   std::unique_ptr<kernels::Backend> be;
   model::LoadedModel lm;
   model::DeepseekV41* m = nullptr;
+  std::unique_ptr<runner::BatchRunner> run;
   Fixture(const std::string& name, const std::string& device) : dir(std::string(DEEPINFER_TEST_DATA) + "/v41/" + name) {
     be = kernels::make_backend(device, 2);
     lm = model::load_model(dir, *be);
     m = lm.model.get();
+    run = std::make_unique<runner::BatchRunner>(*m);
   }
   std::string golden(const std::string& f) const { return dir + "/golden/" + f; }
 };
@@ -44,7 +47,7 @@ double run_chunks(Fixture& fx, const std::vector<int64_t>& chunks, int64_t* n_ou
   size_t ci = 0;
   while (done < n) {
     int64_t c = std::min(chunks[std::min(ci, chunks.size() - 1)], n - done);
-    fx.m->forward(tokens.data() + done, c, st, ours.data() + done * V);
+    fx.run->forward(tokens.data() + done, c, st, ours.data() + done * V);
     done += c;
     ++ci;
   }
@@ -95,12 +98,12 @@ TEST_P(Golden, GreedyTokens) {
   const int64_t V = fx.m->config().vocab_size;
   model::SequenceState st = fx.m->new_state();
   std::vector<float> logits(static_cast<size_t>(V));
-  fx.m->forward(prompt.data(), static_cast<int64_t>(prompt.size()), st, logits.data(), /*last_only=*/true);
+  fx.run->forward(prompt.data(), static_cast<int64_t>(prompt.size()), st, logits.data(), /*last_only=*/true);
   std::vector<int64_t> got;
   for (size_t i = 0; i < expect.size(); ++i) {
     int64_t tok = std::max_element(logits.begin(), logits.end()) - logits.begin();
     got.push_back(tok);
-    fx.m->forward(&tok, 1, st, logits.data());
+    fx.run->forward(&tok, 1, st, logits.data());
   }
   EXPECT_EQ(got, expect);
 }
@@ -130,7 +133,7 @@ TEST(CrossCheck, ReplaysEveryDiscreteOpAndCountsAgreement) {
     const int64_t V = lm.model->config().vocab_size, n = static_cast<int64_t>(tokens.size());
     out.emplace_back(static_cast<size_t>(n * V));
     auto st = lm.model->new_state();
-    lm.model->forward(tokens.data(), n, st, out.back().data());
+    runner::BatchRunner(*lm.model).forward(tokens.data(), n, st, out.back().data());
   }
   const kernels::CrossCheckCounts c = kernels::cross_check_counts(*checked);
   EXPECT_GT(c.checked, 20);

@@ -13,6 +13,7 @@
 #include "loader/config.h"
 #include "model/deepseek_v41.h"
 #include "model/devices.h"
+#include "runner/batch_runner.h"
 
 using namespace deepinfer;
 
@@ -32,10 +33,10 @@ loader::ModelConfig small_config() {
   })", "test-config");
 }
 
-std::vector<float> run(model::DeepseekV41& m, const std::vector<int64_t>& toks, const std::vector<int64_t>& chunks) {
-  const int64_t V = m.config().vocab_size, n = static_cast<int64_t>(toks.size());
+std::vector<float> run(runner::BatchRunner& m, const std::vector<int64_t>& toks, const std::vector<int64_t>& chunks) {
+  const int64_t V = m.model().config().vocab_size, n = static_cast<int64_t>(toks.size());
   std::vector<float> out(static_cast<size_t>(n * V));
-  auto st = m.new_state();
+  auto st = m.model().new_state();
   int64_t done = 0;
   size_t i = 0;
   while (done < n) {
@@ -57,7 +58,8 @@ class OnDevice : public ::testing::TestWithParam<std::string> {
 TEST_P(OnDevice, ChunkingIsBitwiseIdentical) {
   auto cfg = small_config();
   auto be = backend();
-  model::DeepseekV41 m(cfg, model::random_weights(cfg, 7), *be);
+  model::DeepseekV41 m_model(cfg, model::random_weights(cfg, 7), *be);
+  runner::BatchRunner m(m_model);
   std::vector<int64_t> toks(300);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int64_t>((i * 37 + 11) % 300);
   auto one = run(m, toks, {300});
@@ -70,7 +72,8 @@ TEST_P(OnDevice, ChunkingIsBitwiseIdentical) {
   if (GetParam() != "cpu") return;  // below: the CPU's thread count
   // A different thread count gives the same bits too.
   auto be1 = kernels::make_cpu_backend(1);
-  model::DeepseekV41 m1(cfg, model::random_weights(cfg, 7), *be1);
+  model::DeepseekV41 m1_model(cfg, model::random_weights(cfg, 7), *be1);
+  runner::BatchRunner m1(m1_model);
   auto single = run(m1, toks, {300});
   EXPECT_EQ(std::memcmp(single.data(), one.data(), one.size() * sizeof(float)), 0);
 }
@@ -90,7 +93,8 @@ TEST(Invariance, FloatCachesChunkingIsBitwiseIdentical) {
     "num_nextn_predict_layers": 0, "max_position_embeddings": 4096
   })", "test-config");
   auto be = kernels::make_cpu_backend(2);
-  model::DeepseekV41 m(cfg, model::random_weights(cfg, 13), *be);
+  model::DeepseekV41 m_model(cfg, model::random_weights(cfg, 13), *be);
+  runner::BatchRunner m(m_model);
   std::vector<int64_t> toks(120);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int64_t>((i * 41 + 5) % 300);
   auto one = run(m, toks, {120});
@@ -112,7 +116,8 @@ TEST(Invariance, RandomWeightsDependOnlyOnTheSeed) {
 TEST_P(OnDevice, BatchedSequencesMatchEachAlone) {
   auto cfg = small_config();
   auto be = backend();
-  model::DeepseekV41 m(cfg, model::random_weights(cfg, 7), *be);
+  model::DeepseekV41 m_model(cfg, model::random_weights(cfg, 7), *be);
+  runner::BatchRunner m(m_model);
   const int64_t V = cfg.vocab_size;
   // Three sequences: a long prompt, a short one, and one already 40 tokens in.
   std::vector<std::vector<int64_t>> toks(3);
@@ -123,8 +128,8 @@ TEST_P(OnDevice, BatchedSequencesMatchEachAlone) {
   std::vector<std::vector<float>> alone(3);
   std::vector<model::SequenceState> st_alone, st_batch;
   for (int q = 0; q < 3; ++q) {
-    st_alone.push_back(m.new_state());
-    st_batch.push_back(m.new_state());
+    st_alone.push_back(m.model().new_state());
+    st_batch.push_back(m.model().new_state());
   }
   std::vector<float> scratch(static_cast<size_t>(40 * V));
   m.forward(toks[2].data(), 40, st_alone[2], scratch.data());
@@ -136,14 +141,14 @@ TEST_P(OnDevice, BatchedSequencesMatchEachAlone) {
     m.forward(toks[q].data() + start[q], n, st_alone[q], alone[q].data());
   }
   std::vector<std::vector<float>> batched(3);
-  std::vector<model::DeepseekV41::SeqChunk> chunks;
+  std::vector<runner::Chunk> chunks;
   for (int q = 0; q < 3; ++q) {
     const int64_t n = static_cast<int64_t>(toks[q].size()) - start[q];
     batched[q].resize(static_cast<size_t>(n * V));
     chunks.push_back({.tokens = toks[q].data() + start[q], .n = n, .state = &st_batch[q], .replay_from = 0,
                       .all_logits = true, .logits = batched[q].data()});
   }
-  m.forward(std::span<model::DeepseekV41::SeqChunk>(chunks));
+  m.forward(std::span<runner::Chunk>(chunks));
   for (int q = 0; q < 3; ++q) {
     ASSERT_EQ(alone[q].size(), batched[q].size());
     EXPECT_EQ(std::memcmp(alone[q].data(), batched[q].data(), alone[q].size() * sizeof(float)), 0) << "sequence " << q;
@@ -156,21 +161,22 @@ TEST_P(OnDevice, BoundedReplayIsIndependentOfChunking) {
   // afterwards continues identically.
   auto cfg = small_config();
   auto be = backend();
-  model::DeepseekV41 m(cfg, model::random_weights(cfg, 9), *be);
+  model::DeepseekV41 m_model(cfg, model::random_weights(cfg, 9), *be);
+  runner::BatchRunner m(m_model);
   const int64_t V = cfg.vocab_size, W = cfg.sliding_window, n = 120;
-  ASSERT_LT(m.late_layer_start(), cfg.num_hidden_layers);
+  ASSERT_LT(m.model().late_layer_start(), cfg.num_hidden_layers);
   std::vector<int64_t> toks;
   for (int64_t i = 0; i < n + 3; ++i) toks.push_back((i * 31 + 5) % V);
   auto replayed = [&](const std::vector<int64_t>& split, std::vector<float>* decode_logits) {
-    auto st = m.new_state();
+    auto st = m.model().new_state();
     std::vector<float> last(static_cast<size_t>(V));
     int64_t done = 0;
     for (int64_t c : split) {
       const int64_t tail_start = n - W;  // prompt rows at or after this run every layer
-      model::DeepseekV41::SeqChunk ch{.tokens = toks.data() + done, .n = c, .state = &st,
+      runner::Chunk ch{.tokens = toks.data() + done, .n = c, .state = &st,
                                       .replay_from = std::clamp<int64_t>(tail_start - done, 0, c), .all_logits = false,
                                       .logits = last.data()};
-      m.forward(std::span<model::DeepseekV41::SeqChunk>(&ch, 1));
+      m.forward(std::span<runner::Chunk>(&ch, 1));
       done += c;
     }
     for (int64_t i = 0; i < 3; ++i) {
@@ -186,7 +192,7 @@ TEST_P(OnDevice, BoundedReplayIsIndependentOfChunking) {
   EXPECT_EQ(std::memcmp(one.data(), split.data(), one.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(one.data(), split2.data(), one.size() * sizeof(float)), 0);
   // Replay is an approximation: the prompt's last logits move, but stay close to exact.
-  auto st = m.new_state();
+  auto st = m.model().new_state();
   std::vector<float> exact(static_cast<size_t>(V));
   m.forward(toks.data(), n, st, exact.data(), true);
   double max_ref = 0, max_diff = 0;
@@ -206,7 +212,8 @@ TEST_P(OnDevice, DecodeStepIsBitwiseTheSameInBatchesUpTo256) {
   // other prompt lengths (so other rows, other caches): the same bits.
   auto cfg = small_config();
   auto be = backend();
-  model::DeepseekV41 m(cfg, model::random_weights(cfg, 5), *be);
+  model::DeepseekV41 m_model(cfg, model::random_weights(cfg, 5), *be);
+  runner::BatchRunner m(m_model);
   const int64_t V = cfg.vocab_size;
   auto prompt = [&](int64_t q) {
     std::vector<int64_t> t;
@@ -217,7 +224,7 @@ TEST_P(OnDevice, DecodeStepIsBitwiseTheSameInBatchesUpTo256) {
   const int64_t next = 42;
   std::vector<float> alone(static_cast<size_t>(V)), scratch(static_cast<size_t>(64 * V));
   {
-    auto st = m.new_state();
+    auto st = m.model().new_state();
     m.forward(target.data(), static_cast<int64_t>(target.size()), st, scratch.data(), true);
     m.forward(&next, 1, st, alone.data(), true);
   }
@@ -225,17 +232,17 @@ TEST_P(OnDevice, DecodeStepIsBitwiseTheSameInBatchesUpTo256) {
     std::vector<model::SequenceState> st;
     std::vector<int64_t> step(static_cast<size_t>(B));
     for (int64_t q = 0; q < B; ++q) {
-      st.push_back(m.new_state());
+      st.push_back(m.model().new_state());
       const std::vector<int64_t> p = prompt(q);
       m.forward(p.data(), static_cast<int64_t>(p.size()), st.back(), scratch.data(), true);
       step[static_cast<size_t>(q)] = q == 0 ? next : (q * 11) % V;
     }
     std::vector<float> logits(static_cast<size_t>(B * V));
-    std::vector<model::DeepseekV41::SeqChunk> chunks;
+    std::vector<runner::Chunk> chunks;
     for (int64_t q = 0; q < B; ++q)
       chunks.push_back({.tokens = &step[static_cast<size_t>(q)], .n = 1, .state = &st[static_cast<size_t>(q)],
                         .logits = logits.data() + q * V});
-    m.forward(std::span<model::DeepseekV41::SeqChunk>(chunks));
+    m.forward(std::span<runner::Chunk>(chunks));
     EXPECT_EQ(std::memcmp(logits.data(), alone.data(), static_cast<size_t>(V) * sizeof(float)), 0) << "batch of " << B;
   }
 }
@@ -245,7 +252,8 @@ TEST_P(OnDevice, GraphsReplayTheEagerBits) {
   // static pieces captured and replayed as graphs, every step's logits equal the eager run's.
   auto cfg = small_config();
   auto be_graphs = backend(), be_eager = backend();
-  model::DeepseekV41 g(cfg, model::random_weights(cfg, 11), *be_graphs), e(cfg, model::random_weights(cfg, 11), *be_eager);
+  model::DeepseekV41 mg(cfg, model::random_weights(cfg, 11), *be_graphs), me(cfg, model::random_weights(cfg, 11), *be_eager);
+  runner::BatchRunner g(mg), e(me);
   e.set_graphs(false);
   EXPECT_EQ(g.graphs(), be_graphs->graphs());
   EXPECT_FALSE(e.graphs());
@@ -254,8 +262,8 @@ TEST_P(OnDevice, GraphsReplayTheEagerBits) {
   std::vector<float> lg(static_cast<size_t>(B * V)), le(lg.size());
   std::vector<int64_t> tok(static_cast<size_t>(B));
   for (int64_t q = 0; q < B; ++q) {
-    sg.push_back(g.new_state());
-    se.push_back(e.new_state());
+    sg.push_back(g.model().new_state());
+    se.push_back(e.model().new_state());
     std::vector<int64_t> p;
     for (int64_t i = 0; i < 5 + 9 * q; ++i) p.push_back((q * 13 + i * 7 + 2) % V);
     g.forward(p.data(), static_cast<int64_t>(p.size()), sg.back(), lg.data(), true);
@@ -265,12 +273,12 @@ TEST_P(OnDevice, GraphsReplayTheEagerBits) {
   }
   // Enough steps to cross compressed-group boundaries and the window while replaying.
   for (int step = 0; step < 24; ++step) {
-    auto run = [&](model::DeepseekV41& m, std::vector<model::SequenceState>& st, std::vector<float>& out) {
-      std::vector<model::DeepseekV41::SeqChunk> chunks;
+    auto run = [&](runner::BatchRunner& m, std::vector<model::SequenceState>& st, std::vector<float>& out) {
+      std::vector<runner::Chunk> chunks;
       for (int64_t q = 0; q < B; ++q)
         chunks.push_back({.tokens = &tok[static_cast<size_t>(q)], .n = 1, .state = &st[static_cast<size_t>(q)],
                           .logits = out.data() + q * V});
-      m.forward(std::span<model::DeepseekV41::SeqChunk>(chunks));
+      m.forward(std::span<runner::Chunk>(chunks));
     };
     run(g, sg, lg);
     run(e, se, le);

@@ -19,6 +19,7 @@
 #include "model/load.h"
 #include "model/quantize.h"
 #include "model/weights.h"
+#include "runner/batch_runner.h"
 
 using namespace deepinfer;
 namespace fs = std::filesystem;
@@ -32,7 +33,7 @@ std::vector<float> logits_of(const std::string& dir) {
   auto toks = core::read_npy_ints(dir + "/golden/tokens.npy");
   std::vector<float> out(toks.size() * 1024);
   auto st = lm.model->new_state();
-  lm.model->forward(toks.data(), static_cast<int64_t>(toks.size()), st, out.data());
+  runner::BatchRunner(*lm.model).forward(toks.data(), static_cast<int64_t>(toks.size()), st, out.data());
   return out;
 }
 
@@ -216,7 +217,7 @@ TEST(StateFormats, ReleasedBytesPerTokenAndMeasuredState) {
   auto st = lm.model->new_state();
   auto toks = core::read_npy_ints(fixture("ced") + "/golden/tokens.npy");
   std::vector<float> lg(toks.size() * 1024);
-  lm.model->forward(toks.data(), static_cast<int64_t>(toks.size()), st, lg.data());
+  runner::BatchRunner(*lm.model).forward(toks.data(), static_cast<int64_t>(toks.size()), st, lg.data());
   const model::StateBytes fb = model::state_bytes(lm.model->config());
   const double expect = fb.fixed_stored + fb.per_token_stored * static_cast<double>(toks.size());
   // Partial groups sit in float buffers: allow their few hundred bytes.
