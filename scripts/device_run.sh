@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One full device run on the GPU machine (see NOTES-device.md): build the `cuda` preset with
+# One full device run on the GPU machine (see docs/lab/device-runs.md): build the `cuda` preset with
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
@@ -173,14 +173,14 @@ for i in range(128):
       echo "== wgmma probe" >> "$R"
       ./build/cuda/wgmma_probe >> "$R" 2>&1
       echo "probe exit $?" >> "$R"
-      # What an L2 prefetch does for a following read (run 105 in NOTES-device.md).
+      # What an L2 prefetch does for a following read (docs/lab/device-runs.md).
       echo "== L2 prefetch probe" >> "$R"
       ./build/cuda/l2_probe >> "$R" 2>&1
       echo "l2 probe exit $?" >> "$R"
       ;;
     baseline)
       # The transformers reference on the same shape (needs carry [".baseline"]: the deepseek_v41
-      # model files and a transformers >= 5.24 wheel; see NOTES-device.md).
+      # model files and a transformers >= 5.24 wheel; see docs/lab/device-runs.md).
       echo "== transformers baseline (scripts/baseline_transformers.py)" >> "$R"
       if [ -d .baseline/deepseek_v41 ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/tfpkg \

@@ -1,7 +1,8 @@
 // Public API: DeepInfer's offline LLM, shaped like vLLM's `LLM.generate`.
 //
 //   deepinfer::LLM llm(deepinfer::EngineConfig{.model = "DIR"});
-//   auto outs = llm.generate({deepinfer::Prompt::text("Hello")}, deepinfer::SamplingParams{.max_tokens = 32});
+//   auto outs = llm.generate({deepinfer::Prompt::from_text("Hello")}, deepinfer::SamplingParams{.max_tokens = 32});
+//   // outs[0].outputs[0].text, .token_ids, .finish_reason; outs[0].error if the request failed
 //
 // A bad request (invalid params, an out-of-vocabulary id, an empty prompt) fails alone: its
 // RequestOutput carries `error` and the rest of the batch runs. Configuration errors (a

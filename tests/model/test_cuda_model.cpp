@@ -130,7 +130,7 @@ TEST_P(GoldenBf16, LogitsAndGreedyTokens) {
     // Where FP4 compressed KV and indexer keys are rounded, the tensor cores' accumulation
     // (not IEEE round-per-add) moves products by ~1e-6 relative and flips FP4 codes that sit
     // near a rounding midpoint; in these tiny random models that moves the logits by 0.08-0.18
-    // against the CPU's emulation (NOTES-device.md), so neither a 2e-2 bound nor greedy
+    // against the CPU's emulation (docs/lab/device-runs.md), so neither a 2e-2 bound nor greedy
     // identity can be asserted end to end. What is asserted: run through the cross-check
     // backend, every discrete decision of the bf16 GPU run (FP8/FP4 rounding, routing,
     // candidate blocks, top-k) equals the CPU reference's on the same inputs.
