@@ -9,8 +9,8 @@
 // throughout. The visible entries split at fixed segments, combined afterwards (by a combine
 // kernel, or inside a cluster of the query's CTAs, or in the CTA that runs them all). The first
 // version (a warp per (query, head)) stays as the fallback for shapes the tiled kernel does
-// not cover. On a bf16 backend the same CTA structure runs
-// on the tensor cores (attention_mma_k: bf16 mma.sync, float32 softmax and accumulation).
+// not cover. On a bf16 backend the same CTA structure runs on the tensor cores (attention_mma_k:
+// bf16 mma.sync, float32 softmax and accumulation).
 //
 // This file: the dispatch and the combine of the splits; the kernels are in attention_f32.cu
 // (float32: the first version and the tiled kernel), attention_mma.cu (tensor cores) and
