@@ -1,8 +1,6 @@
 // CUDA kernel lab: achieved GB/s and TFLOP/s of the CUDA backend's ops at V4.1-Flash shapes,
 // next to the limits measured on the H200 machines (4.26 TB/s copy bandwidth; the fp32 SIMT
-// rate is ~67 TFLOP/s by the datasheet, bf16 tensor cores ~790 TFLOP/s measured). First
-// versions of the kernels: the numbers are the baseline later work is measured against; the
-// attention, indexer and selection kernels are printed next to their first versions.
+// rate is ~67 TFLOP/s by the datasheet, bf16 tensor cores ~790 TFLOP/s measured).
 // Built with DEEPINFER_CUDA=ON; run on the device machine.
 #include <cuda_runtime.h>
 
@@ -41,13 +39,6 @@ double time_ms(Backend& be, const std::function<void()>& f, int reps = 20) {
   float ms = 0;
   cudaEventElapsedTime(&ms, a, b);
   return ms / static_cast<float>(reps);
-}
-// The first versions of the kernels (DEEPINFER_CUDA_LEGACY=1 selects them), timed the same way.
-double legacy_ms(Backend& be, const std::function<void()>& f, int reps) {
-  setenv("DEEPINFER_CUDA_LEGACY", "1", 1);
-  const double ms = time_ms(be, f, reps);
-  unsetenv("DEEPINFER_CUDA_LEGACY");
-  return ms;
 }
 constexpr double kBw = 4.26e12, kFp32 = 67e12, kBf16 = 790e12;
 
@@ -243,9 +234,9 @@ int main() {
                 static_cast<long long>(D), ms, bytes / ms / 1e6, 100 * bytes / ms * 1e3 / kBw);
   }
   // Attention: 64 heads x 512, 128-entry window + 512 of 2048 compressed entries selected per
-  // query (prefill: the window holds the chunk's entries after 128 cached ones). New kernel
-  // (a CTA per query and 32 heads, entry tiles in shared memory) next to the first version
-  // (a warp per (query, head); DEEPINFER_CUDA_LEGACY=1), run in the same process.
+  // query (prefill: the window holds the chunk's entries after 128 cached ones): the float32
+  // tiled kernel (a CTA per query and 32 heads, entry tiles in shared memory), then the bf16
+  // tensor-core kernel.
   std::printf("attention: first-version figures recorded before: S=8 1.226 ms, S=256 6.671 ms (t_comp 4096)\n");
   auto be16 = make_cuda_backend(0, Precision::kBF16);
   for (int64_t S : {1, 8, 256, 4096}) {
@@ -276,11 +267,8 @@ int main() {
     const double flops = 4.0 * static_cast<double>(S * H * (128 + 512) * hd);
     const double bytes = static_cast<double>(S * (128 + 512) * hd * 4 + 2 * S * H * hd * 4);
     const double ms = time_ms(*be, run, S >= 256 ? 10 : 50);
-    const double old_ms = legacy_ms(*be, run, S >= 4096 ? 1 : 3);
-    std::printf("attention S=%-4lld (64 x 512, 128 window + 512 selected): %8.3f ms, %6.2f TFLOP/s (%2.0f%% of fp32), %5.0f GB/s | first "
-                "version %8.3f ms, %5.2f TFLOP/s | %5.1fx\n",
-                static_cast<long long>(S), ms, flops / ms / 1e9, 100 * flops / ms * 1e3 / kFp32, bytes / ms / 1e6, old_ms,
-                flops / old_ms / 1e9, old_ms / ms);
+    std::printf("attention S=%-4lld (64 x 512, 128 window + 512 selected): %8.3f ms, %6.2f TFLOP/s (%2.0f%% of fp32), %5.0f GB/s\n",
+                static_cast<long long>(S), ms, flops / ms / 1e9, 100 * flops / ms * 1e3 / kFp32, bytes / ms / 1e6);
     // The bf16 backend's tensor-core kernel on the same arguments (both with the model's bound on
     // the selected entries, 512: two segments per query instead of five).
     const double mma_ms = time_ms(*be16, [&] {
@@ -315,11 +303,10 @@ int main() {
                             .score_scale = 0.088f});
       };
       const double flops = 2.0 * static_cast<double>(S) * static_cast<double>(T) * static_cast<double>(H * dim) * (causal ? 0.5 : 1.0);
-      const double ms = time_ms(*be, run, 10), old_ms = legacy_ms(*be, run, 1);
-      std::printf("indexer_scores s=%lld t=%lld (32 x 128) %s: %7.3f ms, %6.2f TFLOP/s (%2.0f%% of fp32) | first version %8.3f ms, "
-                  "%5.2f TFLOP/s | %5.1fx\n",
+      const double ms = time_ms(*be, run, 10);
+      std::printf("indexer_scores s=%lld t=%lld (32 x 128) %s: %7.3f ms, %6.2f TFLOP/s (%2.0f%% of fp32)\n",
                   static_cast<long long>(S), static_cast<long long>(T), causal ? "causal " : "dense  ", ms, flops / ms / 1e9,
-                  100 * flops / ms * 1e3 / kFp32, old_ms, flops / old_ms / 1e9, old_ms / ms);
+                  100 * flops / ms * 1e3 / kFp32);
     }
     for (void* p : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(w), static_cast<void*>(sc), static_cast<void*>(qp)})
       cudaFree(p);
@@ -347,18 +334,18 @@ int main() {
     for (int restrict = 0; restrict < 2; ++restrict) {
       auto run = [&] { be->topk_mask({.scores = sc, .restrict_to = restrict ? rs : nullptr, .selected = sel, .s = S, .t = T, .k = 512}); };
       const double bytes = static_cast<double>(S * T * (4 + 1 + restrict));
-      const double ms = time_ms(*be, run, 10), old_ms = legacy_ms(*be, run, 1);
-      std::printf("topk_mask [%lld x %lld] k=512 %s: %7.3f ms, %5.0f GB/s | first version %9.3f ms | %6.1fx\n", static_cast<long long>(S),
-                  static_cast<long long>(T), restrict ? "restricted" : "plain     ", ms, bytes / ms / 1e6, old_ms, old_ms / ms);
+      const double ms = time_ms(*be, run, 10);
+      std::printf("topk_mask [%lld x %lld] k=512 %s: %7.3f ms, %5.0f GB/s\n", static_cast<long long>(S),
+                  static_cast<long long>(T), restrict ? "restricted" : "plain     ", ms, bytes / ms / 1e6);
     }
     {
       auto run = [&] {
         be->candidate_blocks({.scores = sc, .q_pos = qp, .keep = sel, .s = S, .t = T, .ratio = 4, .block_size = 8, .topk_blocks = 64});
       };
       const double bytes = static_cast<double>(S * T * (4 + 1));
-      const double ms = time_ms(*be, run, 10), old_ms = legacy_ms(*be, run, 1);
-      std::printf("candidate_blocks [%lld x %lld] 256 blocks of 8, keep 64: %7.3f ms, %5.0f GB/s | first version %9.3f ms | %6.1fx\n",
-                  static_cast<long long>(S), static_cast<long long>(T), ms, bytes / ms / 1e6, old_ms, old_ms / ms);
+      const double ms = time_ms(*be, run, 10);
+      std::printf("candidate_blocks [%lld x %lld] 256 blocks of 8, keep 64: %7.3f ms, %5.0f GB/s\n",
+                  static_cast<long long>(S), static_cast<long long>(T), ms, bytes / ms / 1e6);
     }
     for (void* p : {static_cast<void*>(sc), static_cast<void*>(rs), static_cast<void*>(sel), static_cast<void*>(qp)}) cudaFree(p);
   }

@@ -1,6 +1,6 @@
 // A device experiment, not part of the engine: do Hopper's warpgroup products (wgmma, m64n8k16,
 // A from registers, B from shared memory) give the same float32 bits as the mma.sync m16n8k16
-// chain the bf16 product kernel uses (moe.cu), for the same operands in the same k order? If
+// chain the bf16 product kernel uses (linear_bf16.cuh), for the same operands in the same k order? If
 // they do, a wgmma/TMA product for prefill can keep batch invariance against the decode tiling;
 // if not, the decode tiling would have to move to wgmma too.
 //
@@ -8,7 +8,7 @@
 // chained steps) both ways. The shared-memory descriptor's two offsets are tried both ways round
 // at K = 16 (which one strides along k for a k-major B without swizzle), each checked against a
 // float64 reference first, so a wrong layout shows as a wrong product, not as a bit difference.
-// Then the product kernel's own layout (moe.cu): 64 x 256, both operands in the 128-byte
+// Then the product kernel's own layout (linear_bf16.cuh): 64 x 256, both operands in the 128-byte
 // swizzle, at K = 64 and 512. Output: per variant and K, the largest relative error against the
 // reference and how many outputs are bitwise the mma.sync chain's. Exit status 0 when the
 // variants compute the product; the bit verdict is in the output.
@@ -111,7 +111,7 @@ __global__ void wgmma_k(const __nv_bfloat16* a, const __nv_bfloat16* b, int K, i
   o[8 * kN + 1] = d3;
 }
 
-// The product kernel's layout (moe.cu, WG): 64 x 256 over K (a multiple of 64, at most kMaxK)
+// The product kernel's layout (linear_bf16.cuh, WG): 64 x 256 over K (a multiple of 64, at most kMaxK)
 // by wgmma_m64k16_ss<256>, both operands staged a 64-wide k slice at a time in the 128-byte
 // swizzle (sw128_at, wgmma_desc_sw128 from mma.cuh), and the mma.sync chain for the same tile
 // (warp w rows 16 w.., 32 column pieces of 8). y: [64][256] each.

@@ -582,6 +582,8 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0, Precision precision
 // build time this throws an Error saying so.
 // batch_invariant: every matmul as fixed-shape row tiles, so a row's result does not depend on
 // the batch (the default; false = cuBLAS on the whole product, faster for some shapes).
+// Its settings come from the environment (kernels/cuda/backend_settings.h; cuda::make_cuda_backend
+// takes them explicitly).
 std::unique_ptr<Backend> make_cuda_backend(int device = 0, Precision precision = Precision::kFloat32,
                                            bool batch_invariant = true);
 // device "cpu", "cuda[:N]", "cuda-check", "cuda-profile", "cpu-profile" or "cpu-graphs"; dtype

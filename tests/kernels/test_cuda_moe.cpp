@@ -257,7 +257,7 @@ TEST(CudaMoe, DecodeProductHasTheBitsOfTheWiderTiling) {
 }
 
 // Products of more than 128 rows per tile (128 x 256 tiles of warpgroup products on sm_90a;
-// 128 x 128 of mma.sync with DEEPINFER_CUDA_WGMMA=0): every row the bits of the decode tiling's
+// 128 x 128 where the k segments fold): every row the bits of the decode tiling's
 // and the 64 x 128 tiling's, and within the CPU's bf16 emulation. A dense product too wide to
 // split (266 column tiles of 64, the last 256-column tile half full, 17 k slices) at 300 rows,
 // and 4 experts of 200 rows each over k 64 and 128 (one and two slices: no more than the

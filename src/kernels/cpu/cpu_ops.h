@@ -1,4 +1,7 @@
-// CPU reference implementations of the kernels::Backend ops, one file per op family.
+// CPU reference implementations of the kernels::Backend ops, one file per op family (the
+// same stems as the CUDA backend's files in kernels/cuda): linear, norm (RMSNorm, RoPE),
+// elementwise, quant, mhc, attention, indexer, select (top-k), moe (router, permutation),
+// gather, sample, weights; backend.cpp is the backend object.
 //
 // Each function is the plain reference: float32, a fixed reduction order per output element
 // (so a row's result never depends on the batch or the thread split), parallel over

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/backend_settings.h"
 
 #define DI_CUDA_CHECK(expr)                                                                                  \
   do {                                                                                                       \
@@ -40,7 +41,7 @@ namespace deepinfer::kernels::cuda {
 // up to 64 KB are kernels too, and random fills), and loading ends with a synchronize
 // (model/weights.cpp). And host_copy_k reads its source (the pinned staging ring, written by
 // the host before the launch and reused only after the stream drains) before the wait.
-// launch_k launches with the attribute unless DEEPINFER_CUDA_PDL=0.
+// launch_k launches with the attribute unless the backend's Settings.pdl is off.
 #define DI_PDL_WAIT() asm volatile("griddepcontrol.wait;\n" ::: "memory")
 #define DI_PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;\n" :::)
 #define DI_PDL_ENTRY() \
@@ -49,13 +50,13 @@ namespace deepinfer::kernels::cuda {
     DI_PDL_TRIGGER();  \
   } while (0)
 
-// An on/off setting from the environment: on unless `name` is set to 0 (callers keep the answer).
-bool env_switch_on(const char* name);
-bool pdl_enabled();
-// Whether split work adds up inside thread-block clusters (distributed shared memory) where a
-// launch offers it: the decode products' k segments, the decode attention's splits. Unless
-// DEEPINFER_CUDA_CLUSTER=0 (then through global memory: the same bits).
-bool clusters_enabled();
+// A backend's stream with the backend's settings (backend_settings.h): what every op function
+// and launch helper receives, so each launch follows the settings of the backend it runs for.
+struct Stream {
+  cudaStream_t id = nullptr;
+  const Settings* settings = nullptr;  // the backend's (never null)
+  operator cudaStream_t() const { return id; }
+};
 
 // Sets kern's function attribute `attr` on this device to `value` unless a value at least as
 // large was set before (a launch whose needs grow with its rows may come first with few; the
@@ -71,11 +72,11 @@ void opt_in_smem(void (*kern)(KArgs...), size_t bytes) {
 // with DI_PDL_ENTRY()), its blocks in clusters of *cluster when given; every launch of the
 // backend goes through here.
 template <class... KArgs, class... Args>
-void launch_k_with(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const dim3* cluster,
+void launch_k_with(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, Stream s, const dim3* cluster,
                    Args&&... args) {
   cudaLaunchAttribute attr[2];
   unsigned n = 0;
-  if (pdl_enabled()) {
+  if (s.settings->pdl) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n++].val.programmaticStreamSerializationAllowed = 1;
   }
@@ -95,13 +96,13 @@ void launch_k_with(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, c
   DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...));
 }
 template <class... KArgs, class... Args>
-void launch_k(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+void launch_k(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, Stream s, Args&&... args) {
   launch_k_with(kern, grid, block, smem, s, nullptr, std::forward<Args>(args)...);
 }
 // The same, the blocks in clusters of `cluster` (sm_90: co-scheduled on one GPC, each block's
 // shared memory open to the others'); sizes above 8 need the kernel's non-portable opt-in.
 template <class... KArgs, class... Args>
-void launch_k_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, dim3 cluster,
+void launch_k_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, Stream s, dim3 cluster,
                       Args&&... args) {
   launch_k_with(kern, grid, block, smem, s, &cluster, std::forward<Args>(args)...);
 }

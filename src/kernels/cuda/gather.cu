@@ -1,6 +1,7 @@
 // CUDA: gathers and small row ops — weight rows by id (embedding), row gather, in-place
-// scale, the MoE combine in the reference's accumulation order, and the dequantisation of
-// fake-quant codes/scales. Every result is bitwise equal to the CPU reference.
+// scale, the MoE combine in the reference's accumulation order, the dequantisation of
+// fake-quant codes/scales, batched copies and seeded random fills. Every result is bitwise
+// equal to the CPU reference.
 // The decodes and their bitwise notes: packed.cuh. Sums are __fadd_rn in the reference's order.
 #include <algorithm>
 #include <cstdio>
@@ -160,9 +161,31 @@ __global__ void copy_batch_k(CopyBatchArgs a, int64_t first) {
   }
 }
 
+__device__ uint64_t d_splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// core::normal01 on the device: the same uniforms, Box-Muller in double.
+__global__ void fill_random_k(RandomFillArgs a) {
+  DI_PDL_ENTRY();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= a.n) return;
+  const uint64_t s = d_splitmix64(a.seed), c = static_cast<uint64_t>(i);
+  double u1 = static_cast<double>(d_splitmix64(s ^ (2 * c)) >> 11) * (1.0 / 9007199254740992.0);
+  const double u2 = static_cast<double>(d_splitmix64(s ^ (2 * c + 1)) >> 11) * (1.0 / 9007199254740992.0);
+  if (u1 < 1e-300) u1 = 1e-300;
+  const float z = static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  const float v = a.mean == 0.0f ? __fmul_rn(a.std, z) : __fadd_rn(a.mean, __fmul_rn(a.std, z));
+  if (a.format == WeightFormat::kF32) static_cast<float*>(a.out)[i] = v;
+  else static_cast<__nv_bfloat16*>(a.out)[i] = __float2bfloat16_rn(v);
+}
+
 }  // namespace
 
-void gather_weight_rows(const GatherWeightRowsArgs& a, cudaStream_t s) {
+void gather_weight_rows(const GatherWeightRowsArgs& a, Stream s) {
   const int64_t n = a.rows * a.w.cols;
   if (n == 0 || a.copies <= 0) return;
   const int64_t ldo = a.ldo ? a.ldo : a.copies * a.w.cols;
@@ -170,13 +193,13 @@ void gather_weight_rows(const GatherWeightRowsArgs& a, cudaStream_t s) {
   DI_CUDA_LAUNCHED();
 }
 
-void scale(const ScaleArgs& a, cudaStream_t s) {
+void scale(const ScaleArgs& a, Stream s) {
   if (a.n <= 0) return;
   launch_k(scale_k, grid(a.n), kThreads, 0, s, a.x, a.n, a.s);
   DI_CUDA_LAUNCHED();
 }
 
-void gather_rows(const GatherRowsArgs& a, cudaStream_t s) {
+void gather_rows(const GatherRowsArgs& a, Stream s) {
   const int64_t n = a.rows * a.width;
   if (n <= 0) return;
   launch_k(gather_rows_k, grid(n), kThreads, 0, s, reinterpret_cast<const uint32_t*>(a.src), a.idx, reinterpret_cast<uint32_t*>(a.dst),
@@ -186,15 +209,15 @@ void gather_rows(const GatherRowsArgs& a, cudaStream_t s) {
 
 namespace {
 template <bool EXPAND, int HC>
-void launch_combine(const MoeCombineArgs& a, const HcExpandArgs& e, cudaStream_t s) {
+void launch_combine(const MoeCombineArgs& a, const HcExpandArgs& e, Stream s) {
   if (a.n <= 0 || a.dim <= 0) return;
   const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(a.dim, kCombineChunk)));
   launch_k(moe_combine_k<EXPAND, HC>, grid, kThreads, static_cast<size_t>(3 * std::max<int64_t>(a.k, 1)) * sizeof(int), s, a, e);
   DI_CUDA_LAUNCHED();
 }
 }  // namespace
-void moe_combine(const MoeCombineArgs& a, cudaStream_t s) { launch_combine<false, 0>(a, HcExpandArgs{}, s); }
-void moe_combine_expand(const MoeCombineArgs& a, const HcExpandArgs& e, cudaStream_t s) {
+void moe_combine(const MoeCombineArgs& a, Stream s) { launch_combine<false, 0>(a, HcExpandArgs{}, s); }
+void moe_combine_expand(const MoeCombineArgs& a, const HcExpandArgs& e, Stream s) {
   if (e.hc > kMaxStreams || !Backend::combine_expand_paired(a, e)) {
     std::fprintf(stderr, "deepinfer: moe_combine_expand: the expand does not take the combine's output (or > %d streams)\n",
                  kMaxStreams);
@@ -204,7 +227,7 @@ void moe_combine_expand(const MoeCombineArgs& a, const HcExpandArgs& e, cudaStre
   else launch_combine<true, 0>(a, e, s);
 }
 
-void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s) {
+void dequant_packed_batch(const DequantPackedBatchArgs& a, Stream s) {
   if (a.n <= 0 || a.block <= 0 || a.max_rows <= 0) return;
   const int64_t per = ceil_div(a.max_rows * a.dim, a.block % 8 == 0 ? 8 : 1);  // threads a range needs
   const unsigned bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(per, kThreads), 1024));
@@ -215,7 +238,7 @@ void dequant_packed_batch(const DequantPackedBatchArgs& a, cudaStream_t s) {
   }
 }
 
-void copy_batch(const CopyBatchArgs& a, cudaStream_t s) {
+void copy_batch(const CopyBatchArgs& a, Stream s) {
   if (a.n <= 0 || a.max_bytes <= 0) return;
   const unsigned bx = static_cast<unsigned>(std::min<int64_t>(ceil_div(a.max_bytes, kThreads * 16), 1024));
   for (int64_t first = 0; first < a.n; first += 65535) {
@@ -225,11 +248,21 @@ void copy_batch(const CopyBatchArgs& a, cudaStream_t s) {
   }
 }
 
-void dequant_packed(const DequantPackedArgs& a, cudaStream_t s) {
+void dequant_packed(const DequantPackedArgs& a, Stream s) {
   if (a.block <= 0) return;
   const int64_t n = a.rows * (a.dim / a.block) * a.block;
   if (n <= 0) return;
   launch_k(dequant_packed_k, grid(n), kThreads, 0, s, static_cast<int>(a.kind), a.codes, a.scales, a.out, n, a.block);
+  DI_CUDA_LAUNCHED();
+}
+
+void fill_random(const RandomFillArgs& a, Stream s) {
+  if (a.n == 0) return;
+  if (a.format != WeightFormat::kF32 && a.format != WeightFormat::kBF16) {
+    std::fprintf(stderr, "deepinfer: fill_random stores float32 or bf16\n");
+    std::abort();
+  }
+  launch_k(fill_random_k, grid(a.n), kThreads, 0, s, a);
   DI_CUDA_LAUNCHED();
 }
 

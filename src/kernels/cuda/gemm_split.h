@@ -1,4 +1,4 @@
-// The k segments of the CUDA bf16 product (moe.cu), host-only so tests can name them: a
+// The k segments of the CUDA bf16 product (linear_bf16.cu), host-only so tests can name them: a
 // function of the product's shape alone, never of its rows, so a row's sum order does not
 // depend on the batch (y = ((0 + p_0) + p_1) + ..., p_s the product over the s-th segment).
 #pragma once

@@ -1,7 +1,7 @@
 // CUDA: indexer scores. A tile of (query, head) rows x keys per CTA, the 32-deep
 // chunks of the dot dimension staged in shared memory, then the per-(query, key) sum over heads
 // in head order, as the reference. The first version (a thread per (query, key)) stays as the
-// fallback (DEEPINFER_CUDA_LEGACY=1 forces it).
+// fallback for the shapes the tiled kernels do not take.
 #include <algorithm>
 #include <cstdlib>
 
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kIxThreads, 2) indexer_tiled_batch_k(const Ind
 // 16-byte aligned q and k; returns the queries per wide tile (0: not eligible).
 int64_t tiled_rows(const IndexerScoreArgs& a) {
   const int64_t bq = a.heads > 0 && a.heads <= IxWide::BM && IxWide::BM % a.heads == 0 ? IxWide::BM / a.heads : 0;
-  const bool ok = !legacy_forced() && bq > 0 && a.dim > 0 && a.dim % 4 == 0 && aligned16(a.q) && aligned16(a.k) &&
+  const bool ok = bq > 0 && a.dim > 0 && a.dim % 4 == 0 && aligned16(a.q) && aligned16(a.k) &&
                   ceil_div(a.s, bq) <= 65535;
   return ok ? bq : 0;
 }
@@ -191,7 +191,7 @@ bool narrow_tile(int64_t max_s, int64_t heads) { return max_s == 1 && heads == I
 
 // The scores of n calls (grid z; one call: n = 1, kern the single kernel) at the tile C.
 template <class C, class Kern, class Arg>
-void launch_indexer(Kern kern, const Arg& arg, int64_t bq, int64_t max_s, int64_t max_t, int64_t n, cudaStream_t s) {
+void launch_indexer(Kern kern, const Arg& arg, int64_t bq, int64_t max_s, int64_t max_t, int64_t n, Stream s) {
   opt_in_smem(kern, C::smem);
   const dim3 g(static_cast<unsigned>(ceil_div(max_t, C::BN)), static_cast<unsigned>(ceil_div(max_s, bq)), static_cast<unsigned>(n));
   launch_k(kern, g, kIxThreads, C::smem, s, arg, static_cast<int>(bq));
@@ -200,7 +200,7 @@ void launch_indexer(Kern kern, const Arg& arg, int64_t bq, int64_t max_s, int64_
 
 }  // namespace
 
-void indexer_scores(const IndexerScoreArgs& a, cudaStream_t s) {
+void indexer_scores(const IndexerScoreArgs& a, Stream s) {
   if (a.s * a.t == 0) return;
   const int64_t bq = tiled_rows(a);
   if (bq > 0) {
@@ -218,7 +218,7 @@ bool indexer_scores_batch_fits(const IndexerScoreArgs* items, int64_t n) {
   return true;
 }
 
-void indexer_scores_batch(const IndexerScoreArgs* host_items, const IndexerScoreArgs* dev_items, int64_t n, cudaStream_t s) {
+void indexer_scores_batch(const IndexerScoreArgs* host_items, const IndexerScoreArgs* dev_items, int64_t n, Stream s) {
   int64_t max_s = 0, max_t = 0;
   for (int64_t i = 0; i < n; ++i) {
     max_s = std::max(max_s, host_items[i].s);

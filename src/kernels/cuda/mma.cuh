@@ -1,6 +1,6 @@
 // bf16 tensor-core building blocks (sm_80+ mma.sync m16n8k16 with float32 accumulation, and
 // the ldmatrix loads of its fragments from shared memory; sm_90a wgmma m64nNk16), shared by
-// the grouped/dense GEMM (moe.cu) and the attention (attention.cu).
+// the grouped/dense GEMM (linear_bf16.cuh) and the attention (attention_mma.cu).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -564,7 +564,7 @@ int64_t sample_rows_scratch_bytes(const SampleRowsArgs& a) {
   return std::min<int64_t>(a.rows, kRowsPerLaunch) * a.cols * static_cast<int64_t>(sizeof(double));
 }
 
-void sample_rows(const SampleRowsArgs& a, void* scratch, cudaStream_t s) {
+void sample_rows(const SampleRowsArgs& a, void* scratch, Stream s) {
   if (a.rows == 0) return;
   // 16-bit digit counters per thread, int32 ids, the top-p margin's n * eps << 1e-9.
   if (a.cols >= (int64_t{1} << 26)) {

@@ -1,21 +1,14 @@
 // Internal helpers shared by the CUDA attention, indexer and selection kernels: cp.async
-// staging, 16-byte loads/stores, the legacy switch (DEEPINFER_CUDA_LEGACY=1 forces the first
-// versions of the kernels, for benchmarks), launch sizing.
+// staging, 16-byte loads/stores, launch sizing.
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace deepinfer::kernels::cuda::detail {
 
 constexpr unsigned kFull = 0xffffffffu;
-
-inline bool legacy_forced() {
-  const char* e = std::getenv("DEEPINFER_CUDA_LEGACY");
-  return e && e[0] == '1';
-}
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 

@@ -1,3 +1,4 @@
+// The CPU backend object: the ops of cpu_ops.h on the backend's thread pool, host memory.
 #include <algorithm>
 #include <cstring>
 #include <memory>

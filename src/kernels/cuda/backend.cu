@@ -4,6 +4,8 @@
 // Memory: stream-ordered allocations (cudaMallocAsync from the device's default pool, kept
 // cached); uploads go through a pinned staging ring so the host source may be freed at once
 // and the stream is synchronised only when the ring is full.
+// Settings (backend_settings.h): read when the backend is made, held here and handed to every
+// op function with the stream (cuda::Stream).
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -33,9 +35,11 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, Precision precision, bool invariant) : precision_(precision), invariant_(invariant) {
+  CudaBackend(int device, Precision precision, bool invariant, const cuda::Settings& settings)
+      : precision_(precision), invariant_(invariant), settings_(settings) {
     DI_CUDA_CHECK(cudaSetDevice(device));
     DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cstream_ = {stream_, &settings_};
     DI_CUBLAS_CHECK(cublasCreate(&blas_));
     DI_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     DI_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH));  // true float32, no TF32
@@ -137,7 +141,7 @@ class CudaBackend final : public Backend {
     if (n == 0) return;
     Args* d = scratch<Args>(n);
     upload(d, small.data(), n * static_cast<int64_t>(sizeof(Args)));
-    launch(small.data(), d, n, stream_);
+    launch(small.data(), d, n, cstream_);
     release(d);
   }
   // Stream-ordered scratch for an op (the caching allocator's blocks).
@@ -154,7 +158,7 @@ class CudaBackend final : public Backend {
     if (capturing_) refuse("an upload");
     if (bytes == 0) return;
     // The smallest in the launch's own parameters: no staging, no host read while it runs.
-    if (cuda::inline_copy(dst, src, bytes, stream_)) return;
+    if (cuda::inline_copy(dst, src, bytes, cstream_)) return;
     const size_t n = static_cast<size_t>(bytes);
     if (staging_off_ + n > staging_cap_) {
       DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -172,14 +176,14 @@ class CudaBackend final : public Backend {
     // (measured: batch-1 decode 6.73 -> 6.64 ms, batch 64 34.6 -> 33.9 ms, about 8 uploads per
     // layer); larger ones, and those to an address not 16-byte aligned (the kernel would read
     // the host memory a byte at a time), by the copy engine.
-    if (n <= kKernelUploadMax && reinterpret_cast<uintptr_t>(dst) % 16 == 0) cuda::host_copy(dst, stage, bytes, stream_);
+    if (n <= kKernelUploadMax && reinterpret_cast<uintptr_t>(dst) % 16 == 0) cuda::host_copy(dst, stage, bytes, cstream_);
     else DI_CUDA_CHECK(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, stream_));
     staging_off_ += (n + 255) & ~size_t{255};  // keep every staged copy 256-byte aligned
   }
   void upload_batch(const UploadItem* items, int64_t n) override {
     if (capturing_) refuse("an upload");
     for (int64_t i = 0; i < n; ++i) check_size(items[i].bytes, "upload");
-    if (!cuda::inline_scatter(items, n, stream_)) Backend::upload_batch(items, n);
+    if (!cuda::inline_scatter(items, n, cstream_)) Backend::upload_batch(items, n);
   }
   void download(void* dst, const void* src, int64_t bytes) override {
     check_size(bytes, "download");
@@ -199,23 +203,23 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), stream_));
   }
 
-  void gather_weight_rows(const GatherWeightRowsArgs& a) override { cuda::gather_weight_rows(a, stream_); }
-  void scale(const ScaleArgs& a) override { cuda::scale(a, stream_); }
-  void gather_rows(const GatherRowsArgs& a) override { cuda::gather_rows(a, stream_); }
-  void moe_combine(const MoeCombineArgs& a) override { cuda::moe_combine(a, stream_); }
-  void dequant_packed(const DequantPackedArgs& a) override { cuda::dequant_packed(a, stream_); }
+  void gather_weight_rows(const GatherWeightRowsArgs& a) override { cuda::gather_weight_rows(a, cstream_); }
+  void scale(const ScaleArgs& a) override { cuda::scale(a, cstream_); }
+  void gather_rows(const GatherRowsArgs& a) override { cuda::gather_rows(a, cstream_); }
+  void moe_combine(const MoeCombineArgs& a) override { cuda::moe_combine(a, cstream_); }
+  void dequant_packed(const DequantPackedArgs& a) override { cuda::dequant_packed(a, cstream_); }
 
   Precision precision() const override { return precision_; }
-  void fill_random(const RandomFillArgs& a) override { cuda::fill_random(a, stream_); }
-  void copy_batch(const CopyBatchArgs& a) override { cuda::copy_batch(a, stream_); }
-  void dequant_packed_batch(const DequantPackedBatchArgs& a) override { cuda::dequant_packed_batch(a, stream_); }
+  void fill_random(const RandomFillArgs& a) override { cuda::fill_random(a, cstream_); }
+  void copy_batch(const CopyBatchArgs& a) override { cuda::copy_batch(a, cstream_); }
+  void dequant_packed_batch(const DequantPackedBatchArgs& a) override { cuda::dequant_packed_batch(a, cstream_); }
 
   // y = x · wᵀ through cuBLAS: float32 SGEMM (pedantic) or bf16 GemmEx on tensor cores.
   // Batch-invariant mode runs every product as fixed-shape tiles of kTile rows (the last one
   // zero-padded) from contiguous temporaries, so cuBLAS chooses the same kernel, and so the
   // same reduction order, for a row whatever else is in the batch.
   void matmul(const MatmulArgs& a) override { gemm(a, precision_ == Precision::kBF16); }
-  void moe_permute(const MoePermuteArgs& a) override { cuda::moe_permute(a, stream_); }
+  void moe_permute(const MoePermuteArgs& a) override { cuda::moe_permute(a, cstream_); }
   // Every expert in one launch, the offsets read on the device (no host round trip): bf16
   // tensor cores when every expert is stored as bf16, else float32 math from any format.
   // With a second product (w2, y2): both in one launch on the tensor cores (x rounded once).
@@ -250,10 +254,10 @@ class CudaBackend final : public Backend {
     if (!tensor_cores && a.x_rows) return Backend::grouped_matmul(a);  // gathers, then comes back
     if (!tensor_cores) {
       cuda::grouped_gemm_any(a.x, table, a.offsets, a.y, a.rows, a.n, a.k, a.experts, precision_ == Precision::kBF16,
-                             stream_);
+                             cstream_);
       if (table2)
         cuda::grouped_gemm_any(a.x, table2, a.offsets, a.y2, a.rows, a.n, a.k, a.experts,
-                               precision_ == Precision::kBF16, stream_);
+                               precision_ == Precision::kBF16, cstream_);
       return;
     }
     cuda::Bf16Gemm p{.ldx = a.k, .w_table = table, .offsets = a.offsets, .x_rows = a.x_rows, .y = a.y, .ldy = a.n,
@@ -290,44 +294,35 @@ class CudaBackend final : public Backend {
     // x rounded to bf16: rounded once for all of them (the same copy each would make).
     if (precision_ != Precision::kBF16 || a.count < 2 || cuda::gemm_bf16_takes_f32(p)) return Backend::multi_matmul(a);
     auto* xb = scratch<__nv_bfloat16>(a.m * a.k);
-    cuda::to_bf16(a.x, a.m, a.m, a.k, a.k, xb, stream_);
+    cuda::to_bf16(a.x, a.m, a.m, a.k, a.k, xb, cstream_);
     for (int i = 0; i < a.count; ++i) gemm({.x = a.x, .w = a.outs[i].w, .y = a.outs[i].y, .m = a.m, .n = a.outs[i].n, .k = a.k}, true, xb);
     release(xb);
   }
   void hc_mixes(const HcMixesArgs& a) override {
     if (a.rows == 0) return;
     float* part = scratch<float>(cuda::hc_mixes_scratch(a.rows));
-    cuda::hc_mixes(a, part, gemm_counters_, stream_);
+    cuda::hc_mixes(a, part, gemm_counters_, cstream_);
     release(part);
   }
-  // The fused ops (one launch each where the shapes allow; DEEPINFER_CUDA_FUSED=0: the ops they
-  // stand for, for comparisons).
-  static bool fused() {
-    static const bool on = cuda::env_switch_on("DEEPINFER_CUDA_FUSED");
-    return on;
-  }
+  // The fused ops: one launch each where the shapes allow (else, inside, the ops they stand for).
   void hc_mixes_collapse(const HcMixesArgs& m, const HcCollapseArgs& c) override {
-    if (!fused()) return Backend::hc_mixes_collapse(m, c);
     if (m.rows == 0) return hc_collapse(c);
     if (!mixes_collapse_apart(m, c)) {
       std::fprintf(stderr, "deepinfer: hc_mixes_collapse: the collapse reads the pre the mixes write\n");
       std::abort();
     }
     float* part = scratch<float>(cuda::hc_mixes_scratch(m.rows));
-    cuda::hc_mixes_collapse(m, c, part, gemm_counters_, stream_);
+    cuda::hc_mixes_collapse(m, c, part, gemm_counters_, cstream_);
     release(part);
   }
   void route(const RouterArgs& r, const MoePermuteArgs& p) override {
-    if (!fused()) return Backend::route(r, p);
-    cuda::route(r, p, stream_);
+    cuda::route(r, p, cstream_);
   }
   void norm_rope_quant(const OpBatch<NormRopeQuantArgs>& b) override {
-    if (!fused()) return Backend::norm_rope_quant(b);
-    cuda::norm_rope_quant(b.items, b.n, stream_);
+    cuda::norm_rope_quant(b.items, b.n, cstream_);
   }
   void moe_combine_expand(const MoeCombineArgs& c, const HcExpandArgs& e) override {
-    if (!fused()) return Backend::moe_combine_expand(c, e);
-    cuda::moe_combine_expand(c, e, stream_);
+    cuda::moe_combine_expand(c, e, cstream_);
   }
 
  private:
@@ -345,13 +340,13 @@ class CudaBackend final : public Backend {
       p.ldx = w_cols;
     } else {
       auto* xcopy = scratch<__nv_bfloat16>(rows * w_cols);
-      cuda::to_bf16(x, rows, rows, w_cols, ldx, xcopy, stream_);
+      cuda::to_bf16(x, rows, rows, w_cols, ldx, xcopy, cstream_);
       p.x = xcopy;
       p.ldx = w_cols;
     }
     const int64_t ws = cuda::gemm_bf16_workspace(p);
     p.part = ws ? scratch<float>(ws) : nullptr;
-    cuda::gemm_bf16(p, stream_);
+    cuda::gemm_bf16(p, cstream_);
     release(p.part);
     if (p.x && p.x != xb) release(const_cast<__nv_bfloat16*>(p.x));
   }
@@ -386,8 +381,8 @@ class CudaBackend final : public Backend {
       w = static_cast<const uint16_t*>(a.w.data) + a.w_row0 * a.k;
     } else {
       wtmp = scratch<uint8_t>(G * a.n * a.k * esz);
-      if (bf16) cuda::dequant_bf16(a.w, a.w_row0, G * a.n, wtmp, stream_);
-      else cuda::dequant(a.w, a.w_row0, G * a.n, static_cast<float*>(wtmp), stream_);
+      if (bf16) cuda::dequant_bf16(a.w, a.w_row0, G * a.n, wtmp, cstream_);
+      else cuda::dequant(a.w, a.w_row0, G * a.n, static_cast<float*>(wtmp), cstream_);
       w = wtmp;
     }
     const int64_t tile = invariant_ ? (bf16 ? kTileBf16 : kTileF32) : a.m;
@@ -404,7 +399,7 @@ class CudaBackend final : public Backend {
       xtmp = scratch<uint8_t>(mp * xw * esz);
       if (!bf16 && mp > a.m) DI_CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t*>(xtmp) + a.m * xw * esz, 0,
                                                   static_cast<size_t>((mp - a.m) * xw * esz), stream_));
-      if (bf16) cuda::to_bf16(a.x, a.m, mp, xw, ldx, xtmp, stream_);  // rows >= m zeroed
+      if (bf16) cuda::to_bf16(a.x, a.m, mp, xw, ldx, xtmp, cstream_);  // rows >= m zeroed
       else DI_CUDA_CHECK(cudaMemcpy2DAsync(xtmp, static_cast<size_t>(xw * 4), a.x, static_cast<size_t>(ldx * 4),
                                            static_cast<size_t>(xw * 4), static_cast<size_t>(a.m), cudaMemcpyDeviceToDevice,
                                            stream_));
@@ -452,16 +447,16 @@ class CudaBackend final : public Backend {
   }
 
  public:
-  void rms_norm(const RmsNormArgs& a) override { cuda::rms_norm(a, stream_); }
-  void rope(const RopeArgs& a) override { cuda::rope(a, stream_); }
-  void fake_quant(const FakeQuantArgs& a) override { cuda::fake_quant(a, stream_); }
-  void hc_collapse(const HcCollapseArgs& a) override { cuda::hc_collapse(a, stream_); }
-  void hc_expand(const HcExpandArgs& a) override { cuda::hc_expand(a, stream_); }
-  void attention(const AttentionArgs& a) override { cuda::attention(a, precision_ == Precision::kBF16, temp_, stream_); }
-  void compress_pool(const CompressPoolArgs& a) override { cuda::compress_pool(a, stream_); }
-  void indexer_scores(const IndexerScoreArgs& a) override { cuda::indexer_scores(a, stream_); }
-  void candidate_blocks(const CandidateBlocksArgs& a) override { cuda::candidate_blocks(a, stream_); }
-  void topk_mask(const TopkMaskArgs& a) override { cuda::topk_mask(a, stream_); }
+  void rms_norm(const RmsNormArgs& a) override { cuda::rms_norm(a, cstream_); }
+  void rope(const RopeArgs& a) override { cuda::rope(a, cstream_); }
+  void fake_quant(const FakeQuantArgs& a) override { cuda::fake_quant(a, cstream_); }
+  void hc_collapse(const HcCollapseArgs& a) override { cuda::hc_collapse(a, cstream_); }
+  void hc_expand(const HcExpandArgs& a) override { cuda::hc_expand(a, cstream_); }
+  void attention(const AttentionArgs& a) override { cuda::attention(a, precision_ == Precision::kBF16, temp_, cstream_); }
+  void compress_pool(const CompressPoolArgs& a) override { cuda::compress_pool(a, cstream_); }
+  void indexer_scores(const IndexerScoreArgs& a) override { cuda::indexer_scores(a, cstream_); }
+  void candidate_blocks(const CandidateBlocksArgs& a) override { cuda::candidate_blocks(a, cstream_); }
+  void topk_mask(const TopkMaskArgs& a) override { cuda::topk_mask(a, cstream_); }
   // Batches: one launch over the decode-sized items (see run_batch).
   void indexer_scores_batch(const OpBatch<IndexerScoreArgs>& b) override {
     run_batch(b, &Backend::indexer_scores, cuda::indexer_scores_batch_fits, cuda::indexer_scores_batch);
@@ -474,14 +469,14 @@ class CudaBackend final : public Backend {
     run_batch(b, &Backend::topk_mask, [](const TopkMaskArgs*, int64_t n) { return cuda::select_batch_fits(n); },
               cuda::topk_mask_batch);
   }
-  void router(const RouterArgs& a) override { cuda::router(a, stream_); }
+  void router(const RouterArgs& a) override { cuda::router(a, cstream_); }
   void sample_rows(const SampleRowsArgs& a) override {
     void* scratch = alloc(cuda::sample_rows_scratch_bytes(a));
-    cuda::sample_rows(a, scratch, stream_);
+    cuda::sample_rows(a, scratch, cstream_);
     release(scratch);
   }
-  void swiglu(const SwigluArgs& a) override { cuda::swiglu(a, stream_); }
-  void engram_gate(const EngramGateArgs& a) override { cuda::engram_gate(a, stream_); }
+  void swiglu(const SwigluArgs& a) override { cuda::swiglu(a, cstream_); }
+  void engram_gate(const EngramGateArgs& a) override { cuda::engram_gate(a, cstream_); }
   void synchronize() override {
     if (capturing_) refuse("synchronising");
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -627,6 +622,9 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr, blas_tc_ = nullptr;
   Precision precision_ = Precision::kFloat32;
   bool invariant_ = true;
+  // The settings this backend was made with, and its stream with them (what the op functions get).
+  cuda::Settings settings_;
+  cuda::Stream cstream_;
   uint8_t* staging_ = nullptr;  // pinned host ring for uploads
   size_t staging_cap_ = 0, staging_off_ = 0;
   // The ops' temporaries from alloc / release (the cached blocks).
@@ -641,7 +639,12 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(int device, Precision precision, bool batch_invariant) {
-  return std::make_unique<CudaBackend>(device, precision, batch_invariant);
+  return std::make_unique<CudaBackend>(device, precision, batch_invariant, cuda::Settings::from_env());
+}
+
+std::unique_ptr<Backend> cuda::make_cuda_backend(int device, Precision precision, bool batch_invariant,
+                                                 const Settings& settings) {
+  return std::make_unique<CudaBackend>(device, precision, batch_invariant, settings);
 }
 
 }  // namespace deepinfer::kernels
