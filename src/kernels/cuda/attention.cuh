@@ -50,9 +50,9 @@ constexpr int kAttnListCap = 4096;  // compacted entry indices held in shared me
 // on its own visible entries, never on the chunk or the batch it came in (batch invariance).
 // 128: a decode query of the released shape (window 128, 512 selected) spreads over 5 splits of
 // 16 CTAs instead of 2, each running at most two 64-entry tiles instead of eight, one after the
-// other (batch-1 step 6.14 -> 5.87 ms, run 108). Launches of many queries fold the splits in
+// other (batch-1 step 6.14 -> 5.87 ms). Launches of many queries fold the splits in
 // their CTAs (attention_mma_k), which makes the finer segments nearly free there (prefill 1.20
-// -> 1.24 s against 512-entry segments, both folded; run 111).
+// -> 1.24 s against 512-entry segments, both folded; docs/lab/device-runs.md).
 constexpr int kAttnSeg = 128;
 constexpr int64_t kAttnGroup = 256;  // queries per launch when split (bounds the partials),
 constexpr int64_t kAttnPartialFloats = int64_t{1} << 26;  // and at most this many floats of them

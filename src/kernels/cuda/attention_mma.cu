@@ -437,14 +437,14 @@ void launch_attention_mma_hc(const AttentionArgs& a, Temp& tmp, Stream s, bool f
 // Queries enough for kAttnFoldCtas CTAs of 64 heads without splitting (one per SM of an H200),
 // or kAttnFoldCtasFew with at most kAttnFoldSplits splits each, fold their splits (prefill, decode
 // batches from 64 at the released shape): the splits add little parallelism there, and their
-// partial sums' round trip through memory had cost 10% of a prefill (runs 110-111). (At 64
+// partial sums' round trip through memory had cost 10% of a prefill. (At 64
 // queries, folding or not measured within the run-to-run spread: 27.9-28.2 against 28.0-28.4
-// ms a step; runs 112-114. Long windows, of many splits, keep them in CTAs of their own below
+// ms a step. Long windows, of many splits, keep them in CTAs of their own below
 // kAttnFoldCtas queries.)
 constexpr int64_t kAttnFoldCtas = 132, kAttnFoldCtasFew = 64, kAttnFoldSplits = 8;
 template <int D>
 void launch_attention_mma(const AttentionArgs& a, Temp& tmp, Stream s) {
-  // (64 heads: 1.24 / 1.95 s for the replayed / exact prefill, 32 heads 1.25 / 1.99 s, run 111; at head
+  // (64 heads: 1.24 / 1.95 s for the replayed / exact prefill, 32 heads 1.25 / 1.99 s; at head
   // dim 512 the 64-head CTA spills 0.8 KB of the merged state, touched once per split.)
   const int64_t q64 = a.s * ceil_div(a.heads, 64), nsplit = attention_splits(a);
   if (nsplit > 1 && (q64 >= kAttnFoldCtas || (q64 >= kAttnFoldCtasFew && nsplit <= kAttnFoldSplits)))

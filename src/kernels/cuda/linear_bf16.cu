@@ -181,17 +181,17 @@ void gemm_bf16(const Bf16Gemm& pin, Stream s) {
   if (per_tile <= 16) {
     // Launches of at most 16 rows read each weight once: an L2 evict_first policy keeps them
     // from displacing what is reused (activations, partial sums, the KV rows, the next products'
-    // inputs). Measured 6.13 -> 5.98 ms a batch-1 step (runs 103, 106); the experts' products at
-    // batch 64 (448 rows over 64 experts) were 0.6 ms a step slower with it (run 106).
+    // inputs). Measured 6.13 -> 5.98 ms a batch-1 step; the experts' products at
+    // batch 64 (448 rows over 64 experts) were 0.6 ms a step slower with it.
     p.stream_w = p.m <= 16;
     if (p.k % 128 != 0) return launch_gemm<16, 64, 32, 1, 4, 8>(p, s);
     // Dense: 2 stages (44 KB of shared memory; four blocks per SM, by registers) measured 1%
-    // faster over a batch-1 step than 3 (runs 106, 108), which had been 11% faster than 4 (two per SM).
+    // faster over a batch-1 step than 3, which had been 11% faster than 4 (two per SM).
     if (!p.offsets) return p.x_f32 ? launch_gemm<16, 64, 128, 1, 4, 2, true>(p, s) : launch_gemm<16, 64, 128, 1, 4, 2>(p, s);
     // Grouped, by k: long ones (the experts' up projection, k = hidden = 5120) keep 4 stages
     // (3 were 8% slower); short ones (their down projection, k = the expert width = 2304) take 3,
     // three blocks per SM instead of two: at one token its 640 blocks are 1.6 waves instead of
-    // 2.4 (batch 1 -0.06 ms, batch 64 -0.6 ms; runs 103, 106).
+    // 2.4 (batch 1 -0.06 ms, batch 64 -0.6 ms).
     if (p.k < 4096) return launch_gemm<16, 64, 128, 1, 4, 3>(p, s);
     return launch_gemm<16, 64, 128, 1, 4, 4>(p, s);
   } else if (p.k % 64 != 0) {
