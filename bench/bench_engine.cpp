@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "deepinfer/llm.h"
+#include "engine/load_model.h"
 #include "kernels/backend.h"
-#include "model/load.h"
 #include "runner/batch_runner.h"
 
 using namespace deepinfer;
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
 
   // Bounded replay on one long prompt: work saved and how far the last logits move.
   auto be = kernels::make_cpu_backend(threads);
-  auto lm = model::load_model(dir, *be, model::LoadFormat::kRandom, 0);
+  auto lm = engine::load_model(dir, *be, engine::LoadFormat::kRandom, 0);
   auto& m = *lm.model;
   runner::BatchRunner batches(m);
   const auto& c = m.config();

@@ -5,8 +5,8 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/load_model.h"
 #include "kernels/backend.h"
-#include "model/load.h"
 #include "runner/batch_runner.h"
 #include "tokenizer/chat_encoding.h"
 
@@ -15,7 +15,7 @@ namespace deepinfer {
 struct LLM::Impl {
   EngineConfig cfg;
   std::unique_ptr<kernels::Backend> backend;
-  model::LoadedModel lm;
+  engine::LoadedModel lm;
   std::unique_ptr<runner::BatchRunner> batches;  // the model's forwards (its graphs live across runs)
   EngineStats stats;
   std::shared_ptr<grammar::GrammarCache> grammars;  // structured-output grammars, kept across runs
@@ -55,9 +55,9 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   if (config.max_num_seqs < 1) throw Error("EngineConfig.max_num_seqs: must be >= 1");
   if (config.memory_fraction < 0 || config.memory_fraction > 1) throw Error("EngineConfig.memory_fraction: must be in [0, 1]");
   impl_->backend = kernels::make_backend(config.device, config.threads, config.dtype, config.batch_invariant);
-  impl_->lm = model::load_model(config.model, *impl_->backend,
-                                config.load_format == "random" ? model::LoadFormat::kRandom : model::LoadFormat::kAuto,
-                                config.seed);
+  impl_->lm = engine::load_model(config.model, *impl_->backend,
+                                 config.load_format == "random" ? engine::LoadFormat::kRandom : engine::LoadFormat::kAuto,
+                                 config.seed);
   impl_->batches = std::make_unique<runner::BatchRunner>(*impl_->lm.model);
 }
 

@@ -14,7 +14,7 @@
 #include "core/npy.h"
 #include "loader/checkpoint.h"
 #include "model/deepseek_v41.h"
-#include "model/load.h"
+#include "engine/load_model.h"
 #include "model/quantize.h"
 #include "loader/safetensors.h"
 #include <nlohmann/json.hpp>
@@ -82,8 +82,8 @@ int cmd_logits(const std::vector<std::string>& args) {
 
   auto t0 = std::chrono::steady_clock::now();
   auto backend = kernels::make_backend(f.count("device") ? f["device"] : "cpu", threads, f.count("dtype") ? f["dtype"] : "float32");
-  model::LoadedModel lm = model::load_model(
-      f["model"], *backend, fmt == "random" ? model::LoadFormat::kRandom : model::LoadFormat::kAuto,
+  engine::LoadedModel lm = engine::load_model(
+      f["model"], *backend, fmt == "random" ? engine::LoadFormat::kRandom : engine::LoadFormat::kAuto,
       static_cast<uint64_t>(f.count("seed") ? parse_int("seed", f["seed"]) : 0));
   model::DeepseekV41& m = *lm.model;
   runner::BatchRunner batches(m);

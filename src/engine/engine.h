@@ -1,10 +1,13 @@
 // Engine: the offline step loop — schedule, run, sample, commit — until every request ends.
 //
-// Purpose: turns requests (prompt ids + SamplingParams) into RequestOutputs. Each step the
-// scheduler picks chunks under the token and memory budgets, the runner runs them as one
-// batched forward, the sampler draws the next token of every sequence whose chunk reached its
-// end, and commit appends it, streams its text, and ends the sequence on EOS, a stop token,
-// a stop string or max_tokens. A request that is invalid fails alone with a message.
+// Purpose: turns requests (prompt ids + SamplingParams) into RequestOutputs. Each step
+// (step()) the scheduler picks chunks under the token and memory budgets, the runner runs them
+// as one batched forward, the sampler draws the next token of every sequence whose chunk
+// reached its end (or the backend drew it), and commit appends it to the sequence and its
+// grammar and hands it to the OutputProcessor (engine/output_processor.h), which builds the
+// text, streams it and says when the completion ends (EOS, a stop token, a stop string, a
+// completed grammar or max_tokens); the engine then frees the sequence. A request that is
+// invalid fails alone with a message.
 // Invariants: a sequence's tokens depend only on its prompt, its params and its seed — not on
 // the batch, the chunking, the step budget or preemption (batch-invariant forward, counter-based
 // sampling keyed by (seed, position, completion)).
@@ -14,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +33,10 @@
 
 namespace deepinfer::grammar {
 class GrammarCache;
+}
+namespace deepinfer::runner {
+class ModelRunner;
+struct StepOutput;
 }
 
 namespace deepinfer::engine {
@@ -87,9 +95,27 @@ class Engine {
   std::shared_ptr<grammar::GrammarCache> grammar_cache() const { return grammars_; }
 
  private:
+  struct Live;      // per-request running state
+  struct RunState;  // one run()'s requests, scheduler and output processor
+
   // The request's compiled grammar, or "" with an error message (structured outputs only).
   std::string structured_output_error(const SamplingParams& p);
-  struct Live;  // per-request running state
+  // "" when the request can run, else why not (its own error, params, prompt ids, stop strings
+  // without a tokenizer, a grammar that does not compile).
+  std::string request_error(const EngineRequest& req);
+  // Every request into rs.live (and the output processor), in order; each valid one gets its
+  // params.n sequences, seeds and grammar matchers.
+  void admit(RunState& rs, std::vector<EngineRequest>& requests);
+  // One step: schedule -> run -> sample -> commit. False when the scheduler had nothing to run.
+  bool step(RunState& rs, runner::ModelRunner& runner);
+  // How the backend draws s's next token, or nullopt for its logits row (sampled on the host).
+  std::optional<kernels::DrawParams> backend_draw(const RunState& rs, const sched::Sequence& s) const;
+  // The rows that came back as logits through the sampler; rs.sres[d] is the d-th such row's.
+  void sample(RunState& rs, const sched::StepPlan& plan, const runner::StepOutput& so);
+  // Each sampled row's token onto its sequence and grammar, then through the output processor;
+  // a completion that ended leaves the scheduler.
+  void commit(RunState& rs, const sched::StepPlan& plan, const runner::StepOutput& so);
+
   runner::BatchRunner& batches_;
   model::DeepseekV41& model_;
   const tokenizer::Tokenizer* tok_;

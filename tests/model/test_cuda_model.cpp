@@ -15,11 +15,11 @@
 
 #include "core/dtype.h"
 #include "core/npy.h"
+#include "engine/load_model.h"
 #include "kernels/backend.h"
 #include "kernels/buffer.h"
 #include "loader/checkpoint.h"
 #include "model/deepseek_v41.h"
-#include "model/load.h"
 #include "tokenizer/tokenizer.h"
 #include "runner/batch_runner.h"
 
@@ -97,7 +97,7 @@ std::vector<float> bf16_logits(const std::string& dir, kernels::Backend& be, con
   if (!ck->config().quantization.present) model::convert_matmul_weights(ck->config(), w, kernels::WeightFormat::kBF16);
   std::unique_ptr<tokenizer::Tokenizer> tok;
   if (std::filesystem::exists(dir + "/tokenizer.json")) tok = tokenizer::Tokenizer::load(dir);
-  model::DeepseekV41 m(ck->config(), std::move(w), be, model::make_engram_hasher(ck->config(), tok.get(), dir));
+  model::DeepseekV41 m(ck->config(), std::move(w), be, engine::make_engram_hasher(ck->config(), tok.get(), dir));
   const int64_t V = m.config().vocab_size, n = static_cast<int64_t>(tokens.size());
   std::vector<float> out(static_cast<size_t>(n * V));
   auto st = m.new_state();

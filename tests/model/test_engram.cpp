@@ -12,11 +12,11 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/npy.h"
+#include "engine/load_model.h"
 #include "loader/config.h"
 #include "kernels/backend.h"
 #include "loader/safetensors.h"
 #include "model/engram.h"
-#include "model/load.h"
 #include "model/weights.h"
 #include "tokenizer/engram_map.h"
 #include "tokenizer/tokenizer.h"
@@ -187,7 +187,7 @@ std::string make_engram_checkpoint(const std::string& name, bool fp8_table, bool
 
 std::vector<float> all_logits(const std::string& dir, const std::vector<int64_t>& toks) {
   auto be = kernels::make_cpu_backend(2);
-  auto lm = model::load_model(dir, *be);
+  auto lm = engine::load_model(dir, *be);
   auto st = lm.model->new_state();
   std::vector<float> out(toks.size() * 1024);
   runner::BatchRunner(*lm.model).forward(toks.data(), static_cast<int64_t>(toks.size()), st, out.data());

@@ -8,10 +8,10 @@
 #include <string>
 
 #include "core/npy.h"
+#include "engine/load_model.h"
 #include "kernels/backend.h"
 #include "loader/checkpoint.h"
 #include "model/deepseek_v41.h"
-#include "model/load.h"
 #include "model/devices.h"
 #include "runner/batch_runner.h"
 
@@ -22,12 +22,12 @@ namespace {
 struct Fixture {
   std::string dir;
   std::unique_ptr<kernels::Backend> be;
-  model::LoadedModel lm;
+  engine::LoadedModel lm;
   model::DeepseekV41* m = nullptr;
   std::unique_ptr<runner::BatchRunner> run;
   Fixture(const std::string& name, const std::string& device) : dir(std::string(DEEPINFER_TEST_DATA) + "/v41/" + name) {
     be = kernels::make_backend(device, 2);
-    lm = model::load_model(dir, *be);
+    lm = engine::load_model(dir, *be);
     m = lm.model.get();
     run = std::make_unique<runner::BatchRunner>(*m);
   }
@@ -129,7 +129,7 @@ TEST(CrossCheck, ReplaysEveryDiscreteOpAndCountsAgreement) {
   std::vector<int64_t> tokens = core::read_npy_ints(dir + "/golden/tokens.npy");
   std::vector<std::vector<float>> out;
   for (kernels::Backend* be : {plain.get(), checked.get()}) {
-    model::LoadedModel lm = model::load_model(dir, *be);
+    engine::LoadedModel lm = engine::load_model(dir, *be);
     const int64_t V = lm.model->config().vocab_size, n = static_cast<int64_t>(tokens.size());
     out.emplace_back(static_cast<size_t>(n * V));
     auto st = lm.model->new_state();

@@ -12,11 +12,11 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/npy.h"
+#include "engine/load_model.h"
 #include "kernels/backend.h"
 #include "loader/checkpoint.h"
 #include "loader/safetensors.h"
 #include "model/info.h"
-#include "model/load.h"
 #include "model/quantize.h"
 #include "model/weights.h"
 #include "runner/batch_runner.h"
@@ -29,7 +29,7 @@ std::string fixture(const std::string& n) { return std::string(DEEPINFER_TEST_DA
 
 std::vector<float> logits_of(const std::string& dir) {
   auto be = kernels::make_cpu_backend(2);
-  auto lm = model::load_model(dir, *be);
+  auto lm = engine::load_model(dir, *be);
   auto toks = core::read_npy_ints(dir + "/golden/tokens.npy");
   std::vector<float> out(toks.size() * 1024);
   auto st = lm.model->new_state();
@@ -213,7 +213,7 @@ TEST(StateFormats, ReleasedBytesPerTokenAndMeasuredState) {
   EXPECT_NEAR(b.per_token_stored, 890.0, 0.5);
   // The state a sequence actually holds matches the estimate the cache budgets with.
   auto lm_be = kernels::make_cpu_backend(2);
-  auto lm = model::load_model(fixture("ced"), *lm_be);
+  auto lm = engine::load_model(fixture("ced"), *lm_be);
   auto st = lm.model->new_state();
   auto toks = core::read_npy_ints(fixture("ced") + "/golden/tokens.npy");
   std::vector<float> lg(toks.size() * 1024);

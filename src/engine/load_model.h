@@ -1,0 +1,40 @@
+// Opening a model from a checkpoint directory: config, weights (or seeded random ones), the
+// tokenizer, and, for Engram layers, the hash state derived from the tokenizer.
+//
+// Purpose: the one place that composes loader, tokenizer and model, used by the API, the CLI,
+// the tests and the benchmarks. It sits above the model so that the model room needs no
+// tokenizer: Engram's compressed token map is defined on the tokenizer, so it is built here
+// (tokenizer/engram_map) and handed to the model as plain data (model::EngramHasher takes the
+// map as a vector). A checkpoint with engram layers must therefore ship tokenizer.json.
+// Invariants: model is set on return; checkpoint is null with random weights; tokenizer is null
+// when the directory has no tokenizer.json.
+// Threading: returns immutable objects.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+#include "loader/checkpoint.h"
+#include "model/deepseek_v41.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::engine {
+
+struct LoadedModel {
+  std::unique_ptr<loader::Checkpoint> checkpoint;      // null with random weights
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;     // null when the directory has none
+  std::unique_ptr<model::DeepseekV41> model;
+};
+
+enum class LoadFormat { kAuto, kRandom };
+
+// Errors (Error) name the file/field/tensor that is wrong.
+LoadedModel load_model(const std::string& dir, kernels::Backend& backend, LoadFormat format = LoadFormat::kAuto,
+                       uint64_t seed = 0);
+
+// The Engram hash state from a tokenizer (null when the config has no engram layers).
+std::shared_ptr<const model::EngramHasher> make_engram_hasher(const loader::ModelConfig& c,
+                                                              const tokenizer::Tokenizer* tok, const std::string& dir);
+
+}  // namespace deepinfer::engine
