@@ -86,7 +86,7 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   return m > 0 ? d / m : d;
 }
 
-// test_cuda_prefill.cpp's finite_rel_err: infinite or NaN entries must match exactly.
+// The finite relative error test_cuda_prefill.cpp had: infinite or NaN entries must match exactly.
 double finite_rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return INFINITY;
   double m = 0, d = 0;

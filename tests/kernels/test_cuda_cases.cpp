@@ -8,6 +8,7 @@
 
 #include <cctype>
 #include <map>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -26,6 +27,11 @@ struct Param {
   size_t index;  // into all_cases()
   Precision precision;
 };
+
+void PrintTo(const Param& p, std::ostream* os) {
+  const OpCase& c = all_cases()[p.index];
+  *os << c.family << "/" << c.name << (p.precision == Precision::kBF16 ? " bf16" : " f32") << ": " << c.shape;
+}
 
 std::vector<Param> parity_params() {
   std::vector<Param> ps;

@@ -8,7 +8,7 @@ namespace deepinfer::op_cases {
 
 namespace {
 
-// (test_cuda_prefill.cpp's check_attention, float32) One attention call: queries at positions
+// (was test_cuda_prefill.cpp's check_attention, float32) One attention call: queries at positions
 // p0 .. p0+S-1 (query 0 moved before every entry when `blind_first`: it sees nothing, its
 // output is zero); window entries: `cached` before the chunk plus the chunk's own, in shuffled
 // (ring) order, plus `stale` old ones nobody sees; `n_sel` random compressed entries of t_comp
@@ -65,7 +65,7 @@ void add_prefill(std::vector<OpCase>& t, const std::string& name, int64_t S, int
 }  // namespace
 
 void add_attention(std::vector<OpCase>& t) {
-  // (Parity.AttentionIndexerTopkRouter) S = rows queries at the window's end, 20 window
+  // (was Parity.AttentionIndexerTopkRouter) S = rows queries at the window's end, 20 window
   // entries (window 16), 24 compressed entries of which a fixed third are selected; within 1e-5.
   for (const Dims& d : kBothDims) {
     const int64_t S = d.rows, tw = 20, tc = 24, W = 16, H = d.H, hd = d.hd;
@@ -91,7 +91,7 @@ void add_attention(std::vector<OpCase>& t) {
                        };
                      }});
   }
-  // (CudaPrefill.AttentionReleasedShapes) 64 heads x 512, window 128, 512 of 2048 compressed
+  // (was CudaPrefill.AttentionReleasedShapes) 64 heads x 512, window 128, 512 of 2048 compressed
   // entries selected per query; and longer windows, fewer heads.
   add_prefill(t, "prefill_S96_64x512", 96, 64, 512, 128, 127, 50, 2048, 512, false, 100);
   add_prefill(t, "prefill_S300_64x512", 300, 64, 512, 128, 127, 50, 2048, 512, false, 108);
@@ -106,7 +106,7 @@ void add_attention(std::vector<OpCase>& t) {
   // truth (8 of 512) makes the last segment take every entry left, never drops any.
   add_prefill(t, "prefill_S96_64x512_max_selected_512", 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, 512);
   add_prefill(t, "prefill_S96_64x512_max_selected_8_wrong", 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, 8);
-  // (CudaPrefill.AttentionOtherShapes) other head counts and sizes, 3 queries (the first blind)
+  // (was CudaPrefill.AttentionOtherShapes) other head counts and sizes, 3 queries (the first blind)
   // and 140.
   for (auto [H, hd] : {std::pair<int64_t, int64_t>{4, 32}, {40, 128}, {8, 64}, {33, 256}, {3, 96}})
     for (const int64_t S : {int64_t{3}, int64_t{140}})

@@ -6,7 +6,7 @@ namespace deepinfer::op_cases {
 
 void add_elementwise(std::vector<OpCase>& t) {
   for (const Dims& d : kBothDims) {
-    // (Parity.NormRopeSwigluPoolQuant) SwiGLU [rows, inter] with clamps (limit 10, inputs of
+    // (was Parity.NormRopeSwigluPoolQuant) SwiGLU [rows, inter] with clamps (limit 10, inputs of
     // scale 6) and per-row weights; within 1e-5.
     t.push_back({.family = "elementwise",
                  .name = std::string("swiglu_") + d.name,
@@ -23,7 +23,7 @@ void add_elementwise(std::vector<OpCase>& t) {
                        };
                      },
                  .bytes = static_cast<double>(3 * d.rows * d.inter * 4)});
-    // (Parity.NormRopeSwigluPoolQuant) the compressor's pooling, 2 groups of ratio 2 over hd
+    // (was Parity.NormRopeSwigluPoolQuant) the compressor's pooling, 2 groups of ratio 2 over hd
     // channels; within 1e-5.
     t.push_back({.family = "elementwise",
                  .name = std::string("compress_pool_") + d.name,

@@ -38,7 +38,7 @@ int64_t scale_bytes(const WeightView& w) {
   }
 }
 
-// (Parity.GatherWeightRowsAllFormats) 13 rows (the last, the first, a repeat) of a [70, cols]
+// (was Parity.GatherWeightRowsAllFormats) 13 rows (the last, the first, a repeat) of a [70, cols]
 // matrix (three 32-row scale blocks, the last partial), quantised from floats with spread block
 // scales, or raw random codes (NaN e4m3 codes, subnormals, every e2m1 code, ue8m0 scales
 // 0..254), gathered with 1 and 4 copies, packed and with padded rows (the padding untouched):
@@ -112,7 +112,7 @@ void add_gather(std::vector<OpCase>& t) {
   for (const Dims& d : kBothDims) add_gather_weight_rows(t, d.D, d.name);
 
   for (const Dims& d : kBothDims) {
-    // (Parity.ScaleAndGatherRows) scale of [rows * D + 5] with specials (±0, ±inf,
+    // (was Parity.ScaleAndGatherRows) scale of [rows * D + 5] with specials (±0, ±inf,
     // subnormals, quiet NaNs with payloads: the NaN operand propagates), by a negative, a huge
     // and a subnormal factor.
     const size_t n = sz(d.rows * d.D + 5);
@@ -131,7 +131,7 @@ void add_gather(std::vector<OpCase>& t) {
                          r.op = [=, &be = r.be] { be.scale({.x = dx, .n = static_cast<int64_t>(n), .s = s}); };
                        },
                    .bytes = static_cast<double>(2 * n * 4)});
-    // (Parity.ScaleAndGatherRows) gather_rows: 3 rows per row of 40 of width D + 3 (a
+    // (was Parity.ScaleAndGatherRows) gather_rows: 3 rows per row of 40 of width D + 3 (a
     // signalling NaN copied as is), the first and last source rows among them; and each row
     // the source row it names.
     const int64_t src_rows = 40, width = d.D + 3, rows = 3 * d.rows;
@@ -165,7 +165,7 @@ void add_gather(std::vector<OpCase>& t) {
                  .bytes = static_cast<double>(2 * rows * width * 4)});
   }
 
-  // (Parity.MoeCombine) K = top-k and 16 distinct experts (of at least 32) per token in no
+  // (was Parity.MoeCombine) K = top-k and 16 distinct experts (of at least 32) per token in no
   // particular order, expert rows shuffled, outputs of a wide dynamic range (so that another
   // summation order gives other bits: checked for K >= 3), with and without the shared
   // expert's output; bit for bit.
@@ -215,7 +215,7 @@ void add_gather(std::vector<OpCase>& t) {
                      .bytes = static_cast<double>((n * K * D + (with_shared ? 2 : 1) * n * D) * 4)});
       }
 
-  // (Parity.DequantPacked) the three packed forms of [rows, hd]: codes from the fake quantiser
+  // (was Parity.DequantPacked) the three packed forms of [rows, hd]: codes from the fake quantiser
   // (a wide range of block scales; its values must be the codes' values), then raw random codes
   // (ue8m0 scales up to 254: 255 = NaN against a NaN e4m3 code is payload-order dependent on
   // the CPU): bit for bit on both backends and equal to dequant_fake_quant's values.

@@ -7,7 +7,7 @@ namespace deepinfer::op_cases {
 
 namespace {
 
-// (test_cuda_prefill.cpp's check_indexer) Scores of S queries over T keys; positions
+// (was test_cuda_prefill.cpp's check_indexer) Scores of S queries over T keys; positions
 // decreasing from the last visible one (16 apart) or random; within 1e-5 over the finite
 // scores, the -inf ones exactly.
 void add_prefill(std::vector<OpCase>& t, const std::string& name, int64_t S, int64_t T, int64_t H, int64_t dim, int64_t ratio,
@@ -36,7 +36,7 @@ void add_prefill(std::vector<OpCase>& t, const std::string& name, int64_t S, int
 }  // namespace
 
 void add_indexer(std::vector<OpCase>& t) {
-  // (Parity.AttentionIndexerTopkRouter) S = rows queries at positions 40 + 11 i over 40 keys,
+  // (was Parity.AttentionIndexerTopkRouter) S = rows queries at positions 40 + 11 i over 40 keys,
   // ratio 2; within 1e-5.
   for (const Dims& d : kBothDims) {
     const int64_t S = d.rows, T = 40, H = d.idx_heads, dim = d.idx_dim;
@@ -58,7 +58,7 @@ void add_indexer(std::vector<OpCase>& t) {
                      },
                  .flops = 2.0 * static_cast<double>(S * T * H * dim)});
   }
-  // (CudaPrefill.IndexerScores)
+  // (was CudaPrefill.IndexerScores)
   add_prefill(t, "prefill_released_causal", 512, 2048, 32, 128, 4, true, 300);  // causal mask over whole tiles
   add_prefill(t, "prefill_ragged_tiles", 77, 333, 32, 128, 1, false, 310);
   add_prefill(t, "prefill_fixture_dims", 37, 300, 8, 32, 2, false, 320);

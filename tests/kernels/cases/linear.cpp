@@ -7,7 +7,7 @@
 namespace deepinfer::op_cases {
 
 void add_linear(std::vector<OpCase>& t) {
-  // (Parity.MatmulAllFormats) y = x · wᵀ, m = rows, n = q low rank, k = D; within 1e-5.
+  // (was Parity.MatmulAllFormats) y = x · wᵀ, m = rows, n = q low rank, k = D; within 1e-5.
   for (const Dims& d : kBothDims)
     for (auto fmt : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kFP8Block32, WeightFormat::kMXFP4}) {
       const int64_t m = d.rows, n = d.qlora, k = d.D;
@@ -27,7 +27,7 @@ void add_linear(std::vector<OpCase>& t) {
                    .flops = 2.0 * static_cast<double>(m * n * k)});
     }
 
-  // (CudaMoe.GroupedMatmulAnyFormatMatchesTheCpu) 8 experts of [32 x 96] weights not stored as
+  // (was CudaMoe.GroupedMatmulAnyFormatMatchesTheCpu) 8 experts of [32 x 96] weights not stored as
   // bf16, 7 tokens x 2; and the same with the rows gathered on the way in (row r reads row
   // rows - 1 - r). Both precisions; within 1e-5.
   for (auto fmt : {WeightFormat::kF32, WeightFormat::kFP8Block32, WeightFormat::kMXFP4}) {

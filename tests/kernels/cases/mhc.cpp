@@ -114,7 +114,7 @@ void add_site(std::vector<OpCase>& t, const std::string& tag, int64_t R, int64_t
 }  // namespace
 
 void add_mhc(std::vector<OpCase>& t) {
-  // (Parity.HyperConnectionsAndEngramGate) 4 streams: the mixes, the collapse (and with its
+  // (was Parity.HyperConnectionsAndEngramGate) 4 streams: the mixes, the collapse (and with its
   // norm, bitwise the two ops), the expansion, then the Engram gate on the expanded streams.
   for (const Dims& d : kBothDims) {
     add_site(t, d.name, d.rows, 4, d.D, 14, 15, 16, 19, true);
@@ -133,7 +133,7 @@ void add_mhc(std::vector<OpCase>& t) {
                      },
                  .bytes = static_cast<double>((2 * R * hc * D + R * (hc + 1) * D + hc * D) * 4)});
   }
-  // (CudaHyperConnections.OtherStreamCounts) 2 and 3 streams (the kernels' runtime-count
+  // (was CudaHyperConnections.OtherStreamCounts) 2 and 3 streams (the kernels' runtime-count
   // variants), 5 rows x 256: the mixes, the collapse with its norm, the expansion.
   for (const int64_t hc : {int64_t{2}, int64_t{3}})
     add_site(t, "hc" + str(hc), 5, hc, 256, 30 + static_cast<uint32_t>(hc), 31, 32, 33, false);

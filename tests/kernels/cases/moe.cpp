@@ -4,7 +4,7 @@
 namespace deepinfer::op_cases {
 
 void add_moe(std::vector<OpCase>& t) {
-  // (Parity.AttentionIndexerTopkRouter) the router (sqrt-softplus, bias, temperature 1.3,
+  // (was Parity.AttentionIndexerTopkRouter) the router (sqrt-softplus, bias, temperature 1.3,
   // scaling 1.5, normalised): the ids exactly, the weights within 1e-5.
   for (const Dims& d : kBothDims) {
     const int64_t S = d.rows, E = d.experts, K = d.topk;
@@ -22,7 +22,7 @@ void add_moe(std::vector<OpCase>& t) {
                        };
                      }});
   }
-  // (CudaMoe.PermuteIsBitwiseTheCpusStableSort) one token; the fixture shape; many chunks of
+  // (was CudaMoe.PermuteIsBitwiseTheCpusStableSort) one token; the fixture shape; many chunks of
   // 1024 pairs; the released expert count; each with and without the shared expert appended.
   // Every output byte for byte.
   struct C {

@@ -5,7 +5,7 @@ namespace deepinfer::op_cases {
 
 void add_norm(std::vector<OpCase>& t) {
   for (const Dims& d : kBothDims) {
-    // (Parity.NormRopeSwigluPoolQuant) RMSNorm [rows, D] with a weight; within 1e-5.
+    // (was Parity.NormRopeSwigluPoolQuant) RMSNorm [rows, D] with a weight; within 1e-5.
     t.push_back({.family = "norm",
                  .name = std::string("rms_norm_") + d.name,
                  .shape = "[" + str(d.rows) + " x " + str(d.D) + "]",
@@ -17,7 +17,7 @@ void add_norm(std::vector<OpCase>& t) {
                        r.op = [=, &be = r.be] { be.rms_norm({.x = x, .w = w, .y = y, .rows = d.rows, .dim = d.D, .eps = 1e-20f}); };
                      },
                  .bytes = static_cast<double>((2 * d.rows + 1) * d.D * 4)});
-    // (Parity.NormRopeSwigluPoolQuant) inverse RoPE on [rows, H, hd], 64 rotary dims (8 when
+    // (was Parity.NormRopeSwigluPoolQuant) inverse RoPE on [rows, H, hd], 64 rotary dims (8 when
     // hd < 64), in place; within 1e-6.
     const int64_t rd = d.hd >= 64 ? 64 : 8;
     t.push_back({.family = "norm",

@@ -4,7 +4,7 @@
 namespace deepinfer::op_cases {
 
 void add_quant(std::vector<OpCase>& t) {
-  // (Parity.NormRopeSwigluPoolQuant) the three fake quantisers on [rows, hd]: the values and
+  // (was Parity.NormRopeSwigluPoolQuant) the three fake quantisers on [rows, hd]: the values and
   // the stored codes and scales, bit for bit.
   for (const Dims& d : kBothDims)
     for (auto [kind, block, kname] : {std::tuple{FakeQuant::kFp8Pow2, int64_t{32}, "fp8_pow2"},

@@ -32,7 +32,7 @@ std::vector<float> tie_scores(int64_t rows, int64_t n, uint32_t seed) {
   return v;
 }
 
-// (test_cuda_prefill.cpp's check_topk)
+// (was test_cuda_prefill.cpp's check_topk)
 void add_topk(std::vector<OpCase>& t, const std::string& name, int64_t rows, int64_t n, int64_t k, bool restrict, uint32_t seed) {
   t.push_back({.family = "select",
                .name = name,
@@ -51,7 +51,7 @@ void add_topk(std::vector<OpCase>& t, const std::string& name, int64_t rows, int
                .bytes = static_cast<double>(rows * n * (4 + 1 + (restrict ? 1 : 0)))});
 }
 
-// (test_cuda_prefill.cpp's check_candidates) Scores -inf past each row's visible entries, as
+// (was test_cuda_prefill.cpp's check_candidates) Scores -inf past each row's visible entries, as
 // the indexer writes them; every 11th row at position 0.
 void add_candidates(std::vector<OpCase>& t, const std::string& name, int64_t rows, int64_t T, int64_t ratio, int64_t bs,
                     int64_t topk_blocks, uint32_t seed) {
@@ -83,7 +83,7 @@ void add_candidates(std::vector<OpCase>& t, const std::string& name, int64_t row
 }  // namespace
 
 void add_select(std::vector<OpCase>& t) {
-  // (Parity.AttentionIndexerTopkRouter) candidate blocks (blocks of 4, keep 3, ratio 2) then the
+  // (was Parity.AttentionIndexerTopkRouter) candidate blocks (blocks of 4, keep 3, ratio 2) then the
   // top-6 restricted to them, on the CPU's indexer scores of that test; byte for byte.
   for (const Dims& d : kBothDims) {
     const int64_t S = d.rows, T = 40, H = d.idx_heads, dim = d.idx_dim;
@@ -110,7 +110,7 @@ void add_select(std::vector<OpCase>& t) {
                        };
                      }});
   }
-  // (CudaPrefill.TopkMask)
+  // (was CudaPrefill.TopkMask)
   add_topk(t, "topk_4096x2048_k512", 4096, 2048, 512, false, 400);
   add_topk(t, "topk_4096x2048_k512_restricted", 4096, 2048, 512, true, 410);
   add_topk(t, "topk_k_equals_n", 70, 2048, 2048, true, 420);
@@ -119,7 +119,7 @@ void add_select(std::vector<OpCase>& t) {
   add_topk(t, "topk_k0", 70, 1000, 0, false, 450);
   add_topk(t, "topk_fixture_size", 7, 40, 6, true, 460);
   add_topk(t, "topk_20000_keys", 3, 20000, 512, true, 470);  // more keys than the shared-memory key cache holds
-  // (CudaPrefill.CandidateBlocks)
+  // (was CudaPrefill.CandidateBlocks)
   add_candidates(t, "candidates_4096x2048", 4096, 2048, 4, 8, 64, 500);
   add_candidates(t, "candidates_partial_last_block", 512, 2045, 1, 8, 100, 510);
   add_candidates(t, "candidates_keep_above_blocks", 100, 2048, 4, 8, 2048, 520);
