@@ -106,7 +106,7 @@ std::vector<int32_t> offsets_of(int64_t tokens, int64_t K, int64_t E, uint32_t s
   return permute_cpu(ids, std::vector<float>(ids.size(), 1.0f), tokens, K, E).offsets;
 }
 
-TEST(CudaMoe, GroupedMatmulBf16MatchesTheCpuAndIsRowInvariant) {
+TEST(CudaLinear, GroupedMatmulBf16MatchesTheCpuAndIsRowInvariant) {
   auto cpu = make_cpu_backend(0, Precision::kBF16);
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   const int64_t E = 64, K = 6;
@@ -136,7 +136,7 @@ TEST(CudaMoe, GroupedMatmulBf16MatchesTheCpuAndIsRowInvariant) {
   }
 }
 
-TEST(CudaMoe, DenseBf16MatmulIsRowInvariantAndMatchesTheCpu) {
+TEST(CudaLinear, DenseBf16MatmulIsRowInvariantAndMatchesTheCpu) {
   // The bf16 mma kernel as the dense product (bf16 weights): a row's bits are the same in a
   // product of 1, 37, 300 or 600 rows (other tilings; split over k into blocks up to 512 rows,
   // folded in registers above), and grouped strided products (the output projection's shape)
@@ -201,7 +201,7 @@ TEST(CudaMoe, DenseBf16MatmulIsRowInvariantAndMatchesTheCpu) {
 // their own, partial sums added by each tile's last block) against the wider tiling at 40 rows
 // (64 x 128 tiles, bf16 x): the same bits, row by row. Shapes: a wide product (not split),
 // wo_a's 8 groups (split), a product of one k slice group.
-TEST(CudaMoe, DecodeProductHasTheBitsOfTheWiderTiling) {
+TEST(CudaLinear, DecodeProductHasTheBitsOfTheWiderTiling) {
   auto cpu = make_cpu_backend(0, Precision::kBF16);
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   struct Shape {
@@ -237,7 +237,7 @@ TEST(CudaMoe, DecodeProductHasTheBitsOfTheWiderTiling) {
 // split (266 column tiles of 64, the last 256-column tile half full, 17 k slices) at 300 rows,
 // and 4 experts of 200 rows each over k 64 and 128 (one and two slices: no more than the
 // pipeline's depth) and 512.
-TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
+TEST(CudaLinear, WidestTilingHasTheBitsOfTheOthers) {
   auto cpu = make_cpu_backend(0, Precision::kBF16);
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   {
@@ -283,7 +283,7 @@ TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
 // normalised input (q low rank 1280, window KV 512, compressor 512 x 2, indexer head weights
 // 64), of the low rank (queries 64 x 512, indexer queries 64 x 128), and of the FFN's input
 // (router 64, shared expert 2304 x 2).
-TEST(CudaMoe, MultiMatmulGivesEachProductItsOwnBits) {
+TEST(CudaLinear, MultiMatmulGivesEachProductItsOwnBits) {
   auto cpu = make_cpu_backend(0, Precision::kBF16);
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   struct Case {
@@ -323,7 +323,7 @@ TEST(CudaMoe, MultiMatmulGivesEachProductItsOwnBits) {
 // expert: the 128 x 256 warpgroup tiles on sm_90a); and with the rows gathered on the way in
 // (x_rows over at least 16 source rows, so a tile's index must be its own), the pair and the
 // gate alone, the bits of a gathered copy's.
-TEST(CudaMoe, GroupedPairGivesEachProductItsOwnBits) {
+TEST(CudaLinear, GroupedPairGivesEachProductItsOwnBits) {
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   const int64_t E = 64, K = 6, n = 2304, k = 5120;
   Experts gate(E, n, k, 800), up(E, n, k, 900);
