@@ -7,6 +7,8 @@
 #include <cstring>
 #include <random>
 
+#include "kernels/compare.h"
+
 namespace deepinfer::op_cases {
 
 Run::~Run() {
@@ -72,36 +74,8 @@ std::string bits_differ(const float* a, const float* b, size_t n) {
   return "";
 }
 
-namespace {
-
-// cuda_test_util.h's rel_err: the largest |a| over a, NaN in one and not the other = inf.
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0, d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, static_cast<double>(std::fabs(a[i])));
-    double e = std::fabs(static_cast<double>(a[i]) - b[i]);
-    if (std::isnan(a[i]) != std::isnan(b[i])) e = INFINITY;
-    if (!std::isnan(a[i])) d = std::max(d, e);
-  }
-  return m > 0 ? d / m : d;
-}
-
-// The finite relative error test_cuda_prefill.cpp had: infinite or NaN entries must match exactly.
-double finite_rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double m = 0, d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isinf(a[i]) || std::isinf(b[i]) || std::isnan(a[i]) || std::isnan(b[i])) {
-      if (!(a[i] == b[i])) return INFINITY;
-      continue;
-    }
-    m = std::max(m, static_cast<double>(std::fabs(a[i])));
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return m > 0 ? d / m : d;
-}
-
-}  // namespace
+using kernel_tests::finite_rel_err;
+using kernel_tests::rel_err;
 
 std::string compare(const Output& o, const std::vector<uint8_t>& ref, const std::vector<uint8_t>& got) {
   if (ref.size() != got.size()) return "sizes " + std::to_string(ref.size()) + " vs " + std::to_string(got.size());
