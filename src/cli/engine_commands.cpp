@@ -213,8 +213,8 @@ int cmd_run_batch(const std::vector<std::string>& args) {
     }
   }
   std::signal(SIGPIPE, SIG_IGN);  // a closed pipe is a write error (EPIPE), reported as such
-  api::BatchJob job(jo);
   if (f.count("metrics")) metrics_file.open_truncate(f["metrics"]);
+  api::BatchJob job(jo);
   for (const auto& note : job.notes()) std::fprintf(stderr, "run-batch: %s\n", note.c_str());
   const bool progress = isatty(STDERR_FILENO) != 0;
   const size_t to_run = job.pending();
