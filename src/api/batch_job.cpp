@@ -41,6 +41,8 @@ std::string json_quoted(const std::string& s) {
 BatchJob::BatchJob(const BatchJobOptions& options) : opts_(options) {
   const std::string& in_path = opts_.input;
   const std::string& out_path = opts_.output;
+  struct stat in_st {};
+  if (::stat(in_path.c_str(), &in_st) == 0 && S_ISDIR(in_st.st_mode)) throw Error(in_path + ": cannot read: Is a directory");
   std::ifstream in(in_path, std::ios::binary);
   if (!in) throw Error(in_path + ": cannot open");
   std::vector<Request> all;

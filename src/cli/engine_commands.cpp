@@ -222,8 +222,9 @@ int cmd_run_batch(const std::vector<std::string>& args) {
   std::vector<RequestOutput> outs;
   EngineStats st;
   const auto counts_line = [&](const char* prefix, const api::BatchCounts& c) {
-    std::fprintf(stderr, "run-batch: %s%zu lines: %zu written (%zu succeeded, %zu failed), %zu skipped (already in %s)\n", prefix, c.lines,
-                 c.written, c.succeeded, c.failed, c.skipped, jo.output.c_str());
+    std::fprintf(stderr, "run-batch: %s%zu lines: %zu written (%zu succeeded, %zu failed), %zu skipped%s%s%s\n", prefix, c.lines,
+                 c.written, c.succeeded, c.failed, c.skipped, jo.resume ? " (already in " : "", jo.resume ? jo.output.c_str() : "",
+                 jo.resume ? ")" : "");
   };
   try {
     std::unique_ptr<LLM> llm;
