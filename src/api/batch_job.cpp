@@ -2,7 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -16,15 +15,6 @@
 namespace deepinfer::api {
 
 namespace {
-
-// Whether paths a and b name the same file (the same inode when both exist).
-bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
-  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  std::error_code ea, eb;
-  const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
-  return !ea && !eb && ca == cb;
-}
 
 // The custom_id as format_batch_output writes it (invalid UTF-8 replaced), for comparing.
 std::string written_id(const std::string& id) {

@@ -47,6 +47,10 @@ class OutputFile {
   std::string path_;
 };
 
+// Whether paths a and b name the same file: the same inode when both exist, else the same
+// path once made absolute and normal (symbolic links of the existing part resolved).
+bool same_file(const std::string& a, const std::string& b);
+
 // Writes `text` to `path` (truncating it) through OutputFile: every error is an Error.
 void write_file_checked(const std::string& path, const std::string& text);
 

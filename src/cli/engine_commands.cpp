@@ -1,5 +1,4 @@
 // The engine subcommands: generate (streaming), chat (interactive), run-batch (JSONL files).
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -206,11 +205,8 @@ int cmd_run_batch(const std::vector<std::string>& args) {
   api::OutputFile metrics_file;
   if (f.count("metrics")) {
     const std::string& mp = f["metrics"];
-    for (const std::string& other : {jo.input, jo.output}) {
-      struct stat a {}, b {};
-      if ((mp == other) || (::stat(mp.c_str(), &a) == 0 && ::stat(other.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino))
-        throw Error(mp + ": --metrics is the same file as " + other);
-    }
+    for (const std::string& other : {jo.input, jo.output})
+      if (api::same_file(mp, other)) throw Error(mp + ": --metrics is the same file as " + other);
   }
   std::signal(SIGPIPE, SIG_IGN);  // a closed pipe is a write error (EPIPE), reported as such
   if (f.count("metrics")) metrics_file.open_truncate(f["metrics"]);
@@ -226,9 +222,9 @@ int cmd_run_batch(const std::vector<std::string>& args) {
                  c.written, c.succeeded, c.failed, c.skipped, jo.resume ? " (already in " : "", jo.resume ? jo.output.c_str() : "",
                  jo.resume ? ")" : "");
   };
+  std::unique_ptr<LLM> llm;
+  if (to_run > 0) llm = std::make_unique<LLM>(ec);  // not loaded when --resume finds every line done
   try {
-    std::unique_ptr<LLM> llm;
-    if (to_run > 0) llm = std::make_unique<LLM>(ec);
     api::BatchHooks hooks;
     hooks.on_finish = [&](size_t) {
       ++done;

@@ -364,6 +364,9 @@ TEST_F(Cli, RunBatchOutputFailuresExitTwoNamingTheFile) {
   EXPECT_THAT(err, HasSubstr("--output is the same file as --input"));
   err = expect_error(base + " --output " + quote(path("o3.jsonl")) + " --metrics " + quote(path("o3.jsonl")));
   EXPECT_THAT(err, HasSubstr("--metrics is the same file as"));
+  // Two spellings of a path that does not exist yet: the metrics would overwrite the results.
+  err = expect_error(base + " --output " + quote(path("o4.jsonl")) + " --metrics " + quote(dir_.string() + "/./o4.jsonl"));
+  EXPECT_THAT(err, HasSubstr("--metrics is the same file as"));
   err = expect_error(base + " --output /dev/full --resume");
   EXPECT_THAT(err, HasSubstr("/dev/full: --resume needs a regular file"));
   EXPECT_EQ(slurp(path("in.jsonl")), input) << "the input is never written";
