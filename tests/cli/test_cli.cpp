@@ -367,6 +367,12 @@ TEST_F(Cli, RunBatchOutputFailuresExitTwoNamingTheFile) {
   // Two spellings of a path that does not exist yet: the metrics would overwrite the results.
   err = expect_error(base + " --output " + quote(path("o4.jsonl")) + " --metrics " + quote(dir_.string() + "/./o4.jsonl"));
   EXPECT_THAT(err, HasSubstr("--metrics is the same file as"));
+  // A ".." through a missing directory, and a relative path spelled two ways.
+  const Outcome rel = run("run-batch --model " + quote(model) + " --input " + quote(path("in.jsonl")) + " --output " +
+                          quote(path("o5.jsonl")) + " --metrics " + quote(dir_.string() + "/sub/../o5.jsonl"));
+  EXPECT_EQ(rel.code, 2) << rel.err;
+  err = expect_error("run-batch --model " + quote(model) + " --input " + quote(path("in.jsonl")) + " --output o6.jsonl --metrics ./o6.jsonl");
+  EXPECT_THAT(err, HasSubstr("./o6.jsonl: --metrics is the same file as o6.jsonl"));
   err = expect_error(base + " --output /dev/full --resume");
   EXPECT_THAT(err, HasSubstr("/dev/full: --resume needs a regular file"));
   EXPECT_EQ(slurp(path("in.jsonl")), input) << "the input is never written";
