@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Builds the grammar fuzz targets with clang (libFuzzer + ASan + UBSan) and runs each for a
-# bounded time. Usage: tests/fuzz/run_fuzz.sh [SECONDS_PER_TARGET=60] [TARGETS...]
+# Builds the grammar fuzz targets and run-batch's --resume reader (resume) with clang
+# (libFuzzer + ASan + UBSan) and runs each for a bounded time. Usage: tests/fuzz/run_fuzz.sh [SECONDS_PER_TARGET=60] [TARGETS...]
 # Needs clang (apt-get install clang). Crashes are written to build/fuzz/crashes/<target>/
 # and make the script exit non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-60}
 shift || true
-TARGETS=${*:-"ebnf json_schema regex"}
+TARGETS=${*:-"ebnf json_schema regex resume"}
 OUT=build/fuzz
 mkdir -p "$OUT/obj"
 CXX=${CXX_FUZZ:-clang++}
 FLAGS="-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Isrc -Iinclude"
-SRCS="$(ls src/grammar/*.cpp) $(ls src/tokenizer/*.cpp) src/core/dtype.cpp src/core/npy.cpp src/core/thread_pool.cpp src/core/rng.cpp src/core/numpy_rng.cpp"
+SRCS="src/api/batch_output.cpp $(ls src/grammar/*.cpp) $(ls src/tokenizer/*.cpp) src/core/dtype.cpp src/core/npy.cpp src/core/thread_pool.cpp src/core/rng.cpp src/core/numpy_rng.cpp"
 OBJS=""
 for s in $SRCS; do
   o="$OUT/obj/$(echo "$s" | tr '/' '_').o"
@@ -25,7 +25,7 @@ done
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-seeds = {"json_schema": [], "regex": [], "ebnf": []}
+seeds = {"json_schema": [], "regex": [], "ebnf": [], "resume": []}
 for f in ["schemas_hand.jsonl", "schemas_generated.jsonl", "schemas_invalid.jsonl"]:
     for line in open(os.path.join("tests/data/grammar", f)):
         seeds["json_schema"].append(json.dumps(json.loads(line)["schema"]))
@@ -33,6 +33,10 @@ for line in open("tests/data/grammar/regexes.jsonl"):
     seeds["regex"].append(json.loads(line)["pattern"])
 seeds["ebnf"] = ['root ::= "a" b*\nb ::= [0-9] | "(" root ")"', 'root ::= x{2,5} "\\u00e9" .\nx ::= [^"\\\\]',
                  'root ::= obj\nobj ::= "{" (str ":" val ("," str ":" val)*)? "}"\nstr ::= "\\"" [a-z]* "\\""\nval ::= str | obj | [0-9]+']
+seeds["resume"] = ['{"custom_id":"r0","response":{"text":"Hi","token_ids":[1,2],"finish_reason":"length","usage":{"prompt_tokens":3,'
+                   '"completion_tokens":2,"total_tokens":5},"choices":[{"index":0,"text":"Hi","token_ids":[1,2],"finish_reason":"length"}]}}\n'
+                   '{"custom_id":"line 2","error":{"message":"malformed JSON on line 2"}}\n{"custom_id":"r2","resp',
+                   '{"custom_id":"a","error":{"message":"m"}}\r\n\n', '']
 for k, items in seeds.items():
     d = os.path.join(out, "seeds", k)
     os.makedirs(d, exist_ok=True)
