@@ -1,5 +1,8 @@
 #include "model/info.h"
 
+#include <unistd.h>
+
+#include <fstream>
 #include <sstream>
 
 #include "model/weights.h"
@@ -41,6 +44,38 @@ std::string human(double n) {
   return o.str();
 }
 }  // namespace
+
+int64_t host_memory_available() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb) {
+    std::getline(f, unit);
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : -1;
+}
+
+MemoryNeed random_weights_memory(const loader::ModelConfig& c, double bytes_per_param) {
+  MemoryNeed m;
+  m.weights = static_cast<double>(count_params(c).total()) * bytes_per_param;
+  m.state = state_bytes(c).fixed_stored;
+  return m;
+}
+
+std::string human_bytes(double bytes) {
+  std::ostringstream o;
+  o.precision(3);
+  if (bytes >= 1e15) o << bytes / 1e15 << " PB";
+  else if (bytes >= 1e12) o << bytes / 1e12 << " TB";
+  else if (bytes >= 1e9) o << bytes / 1e9 << " GB";
+  else if (bytes >= 1e6) o << bytes / 1e6 << " MB";
+  else if (bytes >= 1e3) o << bytes / 1e3 << " KB";
+  else o << bytes << " B";
+  return o.str();
+}
 
 std::string describe(const loader::ModelConfig& c) {
   std::ostringstream o;
