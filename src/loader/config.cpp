@@ -27,8 +27,9 @@ bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.beg
 struct Reader {
   const json& j;
   const std::string& src;
+  std::string prefix = "";  // e.g. "rope_parameters.main." for a nested object's fields
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-    throw Error(src + ": field '" + field + "': " + what);
+    throw Error(src + ": field '" + prefix + field + "': " + what);
   }
   bool has(const char* k) const { return j.contains(k) && !j.at(k).is_null(); }
   void get(const char* k, int64_t* out) const {
@@ -122,7 +123,7 @@ constexpr int64_t kMaxEngramVocab = int64_t{1} << 32, kMaxEngramRows = int64_t{1
 
 RopeParams read_rope(const json& d, const std::string& src, const std::string& where) {
   if (!d.is_object()) throw Error(src + ": field '" + where + "': expected an object");
-  Reader r{d, src};
+  Reader r{d, src, where + "."};
   RopeParams p;
   r.get("rope_type", &p.rope_type);
   if (d.contains("type") && !d.contains("rope_type")) r.get("type", &p.rope_type);
@@ -447,13 +448,14 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
 
   // --- rope parameters ---
   bool have_nested = false;
-  if (t.contains("rope_parameters") && t["rope_parameters"].is_object()) {
+  if (r.has("rope_parameters")) {
     const json& rp = t["rope_parameters"];
-    if (rp.contains("main") && rp["main"].is_object() && rp.contains("compress") && rp["compress"].is_object()) {
-      c.rope_main = read_rope(rp["main"], src, "rope_parameters.main");
-      c.rope_compress = read_rope(rp["compress"], src, "rope_parameters.compress");
-      have_nested = true;
-    }
+    if (!rp.is_object()) r.fail("rope_parameters", "expected an object with 'main' and 'compress', got " + rp.dump());
+    if (!rp.contains("main") || !rp.contains("compress"))
+      r.fail("rope_parameters", "needs both 'main' and 'compress' objects");
+    c.rope_main = read_rope(rp["main"], src, "rope_parameters.main");
+    c.rope_compress = read_rope(rp["compress"], src, "rope_parameters.compress");
+    have_nested = true;
   }
   if (!have_nested) {
     double partial = static_cast<double>(c.qk_rope_head_dim) / static_cast<double>(c.head_dim);
@@ -476,8 +478,8 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
                                     " must equal qk_rope_head_dim (" + std::to_string(c.qk_rope_head_dim) + ")");
     if (p->rope_type == "yarn") {
       if (p->original_max_position_embeddings <= 0)
-        p == &c.rope_main ? r.fail("rope_parameters.main", "yarn needs original_max_position_embeddings")
-                          : r.fail("rope_scaling", "yarn needs original_max_position_embeddings");
+        r.fail(have_nested ? (p == &c.rope_main ? "rope_parameters.main" : "rope_parameters.compress") : "rope_scaling",
+               "yarn needs original_max_position_embeddings > 0");
       if (p->attention_factor != 1.0)
         r.fail("rope_parameters", "yarn attention_factor other than 1.0 is not supported");
     }
