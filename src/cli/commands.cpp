@@ -77,6 +77,7 @@ int cmd_logits(const std::vector<std::string>& args) {
   if (ids.empty()) throw Error(f["tokens"] + ": no token ids");
   std::vector<int64_t> sizes = f.count("chunks") ? parse_chunks(f["chunks"]) : std::vector<int64_t>{static_cast<int64_t>(ids.size())};
   const int64_t top = f.count("top") ? parse_int("top", f["top"]) : 5;
+  if (top < 0) throw Error("flag --top: expected 0 or more tokens, got " + std::to_string(top));
   const int64_t threads_flag = f.count("threads") ? parse_int("threads", f["threads"]) : 0;
   if (threads_flag < 0 || threads_flag > 1024) throw Error("flag --threads: expected 0 (auto) to 1024, got " + std::to_string(threads_flag));
   const int threads = static_cast<int>(threads_flag);
@@ -139,6 +140,8 @@ int cmd_info(const std::vector<std::string>& args) {
     return 0;
   }
   if (!f.count("model")) throw Error("deepinfer info: --model DIR is required");
+  if (!std::filesystem::is_directory(f["model"]))
+    throw Error(f["model"] + ": not a directory (expected a checkpoint directory with config.json)");
   loader::ModelConfig cfg = loader::load_config((std::filesystem::path(f["model"]) / "config.json").string());
   std::printf("%s", model::describe(cfg).c_str());
   const model::MemoryNeed need = model::random_weights_memory(cfg, 4.0);

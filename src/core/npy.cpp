@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -129,7 +130,13 @@ std::vector<int64_t> read_npy_ints(const std::string& path, std::vector<int64_t>
   for (size_t i = 0; i < out.size(); ++i) {
     const uint8_t* p = a.bytes.data();
     if (t == "i8") { int64_t v; std::memcpy(&v, p + 8 * i, 8); out[i] = v; }
-    else if (t == "u8") { uint64_t v; std::memcpy(&v, p + 8 * i, 8); out[i] = static_cast<int64_t>(v); }
+    else if (t == "u8") {
+      uint64_t v;
+      std::memcpy(&v, p + 8 * i, 8);
+      if (v > static_cast<uint64_t>(INT64_MAX))
+        throw Error(path + ": value " + std::to_string(v) + " at index " + std::to_string(i) + " does not fit in int64");
+      out[i] = static_cast<int64_t>(v);
+    }
     else if (t == "i4") { int32_t v; std::memcpy(&v, p + 4 * i, 4); out[i] = v; }
     else if (t == "u4") { uint32_t v; std::memcpy(&v, p + 4 * i, 4); out[i] = v; }
     else if (t == "i2") { int16_t v; std::memcpy(&v, p + 2 * i, 2); out[i] = v; }

@@ -1,8 +1,10 @@
 #include "loader/config.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -489,7 +491,7 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
 
 ModelConfig load_config(const std::string& path) {
   std::ifstream f(path);
-  if (!f) throw Error(path + ": cannot open (config.json expected)");
+  if (!f) throw Error(path + ": cannot open (config.json expected): " + std::strerror(errno));
   std::stringstream ss;
   ss << f.rdbuf();
   return parse_config(ss.str(), path);

@@ -447,3 +447,19 @@ TEST_F(Cli, TokensNpyClaimingAHugeShape) {
   EXPECT_THAT(err, HasSubstr(path("huge.npy")));
   EXPECT_THAT(err, HasSubstr("needs 32000000000 bytes, the file has 16"));
 }
+
+TEST_F(Cli, LogitsAndInfoBadArguments) {
+  EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "--top -3")), HasSubstr("flag --top: expected 0 or more tokens, got -3"));
+  EXPECT_THAT(expect_error("info --model " + quote(kTokens)), HasSubstr(kTokens + ": not a directory"));
+  fs::create_directories(path("empty"));
+  EXPECT_THAT(expect_error("info --model " + quote(path("empty"))), HasSubstr("config.json: cannot open (config.json expected): No such file"));
+  // An unsigned id past int64 is not reported as a negative id.
+  std::string header = "{'descr': '<u8', 'fortran_order': False, 'shape': (1,), }";
+  header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xFF);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header + std::string(8, '\xff');
+  std::ofstream(path("u8.npy"), std::ios::binary) << bytes;
+  EXPECT_THAT(expect_error(logits_args(kCed, path("u8.npy"))), HasSubstr("value 18446744073709551615 at index 0 does not fit in int64"));
+}
