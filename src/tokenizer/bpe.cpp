@@ -10,6 +10,11 @@
 namespace deepinfer::tokenizer {
 
 Bpe Bpe::from_json(const nlohmann::json& m, const std::string& source) {
+  if (!m.is_object()) throw Error(source + ": model: expected an object, got " + m.dump().substr(0, 40));
+  if (m.contains("type") && !m["type"].is_string()) throw Error(source + ": model.type: expected a string");
+  if (m.contains("merges") && !m["merges"].is_array()) throw Error(source + ": model.merges: expected a list");
+  if (m.contains("unk_token") && !m["unk_token"].is_string() && !m["unk_token"].is_null())
+    throw Error(source + ": model.unk_token: expected a string");
   if (m.value("type", "BPE") != "BPE") throw Error(source + ": model type '" + m.value("type", "") + "' is not supported (BPE is)");
   if (!m.contains("vocab") || !m["vocab"].is_object()) throw Error(source + ": model.vocab: expected an object");
   if (m.contains("byte_fallback") && m["byte_fallback"].is_boolean() && m["byte_fallback"].get<bool>())

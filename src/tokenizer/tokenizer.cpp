@@ -113,22 +113,35 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& text, co
     for (const auto& a : t->added_) t->id_to_token_[static_cast<size_t>(a.id)] = a.content;
     // Post-processor: TemplateProcessing "single" (others add nothing to ids).
     const auto& pp = j.value("post_processor", nlohmann::json());
+    if (!pp.is_null() && !pp.is_object()) throw Error(source + ": post_processor: expected an object");
     std::vector<const nlohmann::json*> procs;
     if (pp.is_object() && pp.value("type", "") == "Sequence") {
-      for (const auto& p : pp.at("processors")) procs.push_back(&p);
+      if (!pp.contains("processors") || !pp["processors"].is_array())
+        throw Error(source + ": post_processor.processors: expected a list");
+      for (const auto& p : pp.at("processors")) {
+        if (!p.is_object()) throw Error(source + ": post_processor.processors: expected a list of objects");
+        procs.push_back(&p);
+      }
     } else if (pp.is_object()) {
       procs.push_back(&pp);
     }
     for (const auto* p : procs) {
       if (p->value("type", "") != "TemplateProcessing") continue;
+      if (!p->contains("single") || !(*p)["single"].is_array())
+        throw Error(source + ": post_processor (TemplateProcessing).single: expected a list");
       bool seen_a = false;
       for (const auto& piece : p->at("single")) {
+        if (!piece.is_object()) throw Error(source + ": post_processor (TemplateProcessing).single: expected a list of objects");
         if (piece.contains("Sequence")) {
           seen_a = true;
         } else if (piece.contains("SpecialToken")) {
           const std::string name = piece["SpecialToken"].at("id").get<std::string>();
+          if (!p->contains("special_tokens") || !(*p)["special_tokens"].is_object())
+            throw Error(source + ": post_processor (TemplateProcessing).special_tokens: expected an object");
           const auto& sts = p->at("special_tokens");
           if (!sts.contains(name)) throw Error(source + ": post_processor special token '" + name + "' is not defined");
+          if (!sts[name].is_object() || !sts[name].contains("ids") || !sts[name]["ids"].is_array())
+            throw Error(source + ": post_processor special token '" + name + "': expected an object with a list 'ids'");
           for (const auto& id : sts[name].at("ids")) {
             if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= t->vocab_size_)
               throw Error(source + ": post_processor special token '" + name + "': id " + id.dump() +
@@ -139,11 +152,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& text, co
       }
     }
     const auto& dec = j.value("decoder", nlohmann::json());
+    if (!dec.is_null() && !dec.is_object()) throw Error(source + ": decoder: expected an object");
     t->byte_level_decoder_ = dec.is_null() ? t->pre_.byte_level() : dec.value("type", "") == "ByteLevel";
     if (dec.is_object() && dec.value("type", "") == "Sequence") {
       t->byte_level_decoder_ = false;
+      if (!dec.contains("decoders") || !dec["decoders"].is_array()) throw Error(source + ": decoder.decoders: expected a list");
       for (const auto& d : dec.at("decoders"))
-        if (d.value("type", "") == "ByteLevel") t->byte_level_decoder_ = true;
+        if (d.is_object() && d.value("type", "") == "ByteLevel") t->byte_level_decoder_ = true;
     }
   } catch (const nlohmann::json::exception& e) {
     throw Error(source + ": malformed tokenizer.json: " + e.what());

@@ -213,7 +213,22 @@ TEST(Tokenizer, BadIdsNameTheEntry) {
       {with_vocab(R"({"a": 0})", R"(, "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}], "special_tokens": {"<s>": {"id": "<s>", "ids": [-1]}}})"),
        "id -1 is not a token id"},
   };
+  // Wrong types name the member instead of passing a JSON library message through.
+  const Case shapes[] = {
+      {R"({"model": null})", "ids.json: model: expected an object"},
+      {R"({"model": {"type": 5, "vocab": {}}})", "model.type: expected a string"},
+      {R"({"model": {"vocab": {}, "merges": {"a": 1}}})", "model.merges: expected a list"},
+      {R"({"model": {"vocab": {}, "unk_token": 5}})", "model.unk_token: expected a string"},
+      {with_vocab("{}", R"(, "decoder": "ByteLevel")"), "decoder: expected an object"},
+      {with_vocab("{}", R"(, "decoder": {"type": "Sequence", "decoders": 3})"), "decoder.decoders: expected a list"},
+      {with_vocab("{}", R"(, "post_processor": [1])"), "post_processor: expected an object"},
+      {with_vocab("{}", R"(, "post_processor": {"type": "Sequence", "processors": 5})"), "post_processor.processors: expected a list"},
+      {with_vocab("{}", R"(, "post_processor": {"type": "TemplateProcessing", "single": 5})"), "(TemplateProcessing).single: expected a list"},
+      {with_vocab("{}", R"(, "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}], "special_tokens": {"<s>": {"ids": 4}}})"),
+       "special token '<s>': expected an object with a list 'ids'"},
+  };
   for (const Case& c : cases) EXPECT_NE(err(c.text).find(c.expect), std::string::npos) << c.text << "\n -> " << err(c.text);
+  for (const Case& c : shapes) EXPECT_NE(err(c.text).find(c.expect), std::string::npos) << c.text << "\n -> " << err(c.text);
   // An added token that repeats its vocabulary entry (as real tokenizers do), and holes in the
   // id space, load.
   auto t = Tokenizer::from_json_text(with_vocab(R"({"a": 0, "<x>": 1, "b": 5})", R"(, "added_tokens": [{"id": 1, "content": "<x>", "special": true}, {"id": 9, "content": "<y>"}])"), "ok.json");
