@@ -1,6 +1,7 @@
 #include "engine/load_model.h"
 
 #include <filesystem>
+#include <new>
 
 #include "core/error.h"
 #include "model/info.h"
@@ -36,9 +37,7 @@ void check_random_memory(const loader::ModelConfig& c, const kernels::Backend& b
               " is available (see `deepinfer info`)");
 }
 
-}  // namespace
-
-LoadedModel load_model(const std::string& dir, kernels::Backend& backend, LoadFormat format, uint64_t seed) {
+LoadedModel load_model_unchecked(const std::string& dir, kernels::Backend& backend, LoadFormat format, uint64_t seed) {
   LoadedModel lm;
   loader::ModelConfig cfg;
   model::Weights w;
@@ -61,6 +60,18 @@ LoadedModel load_model(const std::string& dir, kernels::Backend& backend, LoadFo
   auto hasher = make_engram_hasher(cfg, lm.tokenizer.get(), dir);
   lm.model = std::make_unique<model::DeepseekV41>(std::move(cfg), std::move(w), backend, std::move(hasher));
   return lm;
+}
+
+}  // namespace
+
+LoadedModel load_model(const std::string& dir, kernels::Backend& backend, LoadFormat format, uint64_t seed) {
+  try {
+    return load_model_unchecked(dir, backend, format, seed);
+  } catch (const std::bad_alloc&) {
+    throw Error(dir + ": out of memory while loading the model (`deepinfer info --model " + dir +
+                "` shows what it needs; " + model::human_bytes(static_cast<double>(model::host_memory_available())) +
+                " is available now)");
+  }
 }
 
 }  // namespace deepinfer::engine
