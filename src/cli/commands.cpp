@@ -146,8 +146,9 @@ int cmd_info(const std::vector<std::string>& args) {
   std::printf("%s", model::describe(cfg).c_str());
   const model::MemoryNeed need = model::random_weights_memory(cfg, 4.0);
   const int64_t avail = model::host_memory_available();
-  std::printf("memory: float32 weights %s + one sequence's windows %s = %s; available now %s\n",
-              model::human_bytes(need.weights).c_str(), model::human_bytes(need.state).c_str(),
+  std::printf("memory: float32 weights %s + one sequence's state at %lld tokens %s = %s; available now %s\n",
+              model::human_bytes(need.weights).c_str(), static_cast<long long>(model::kStateTokens),
+              model::human_bytes(need.state).c_str(),
               model::human_bytes(need.total()).c_str(),
               avail < 0 ? "unknown" : model::human_bytes(static_cast<double>(avail)).c_str());
   return 0;

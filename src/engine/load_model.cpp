@@ -24,7 +24,7 @@ std::shared_ptr<const model::EngramHasher> make_engram_hasher(const loader::Mode
 namespace {
 
 // Random weights are allocated in full: refuse a config whose weights (plus one sequence's
-// windows) do not fit in the memory available now, before allocating any of it. Device
+// first tokens of state) do not fit in the memory available now, before allocating any of it. Device
 // memory is not queried here (the backend reports its own allocation failures).
 void check_random_memory(const loader::ModelConfig& c, const kernels::Backend& backend, const std::string& config_path) {
   if (!backend.host_memory()) return;
@@ -32,7 +32,7 @@ void check_random_memory(const loader::ModelConfig& c, const kernels::Backend& b
   const int64_t avail = model::host_memory_available();
   if (avail < 0 || need.total() <= static_cast<double>(avail)) return;
   throw Error(config_path + ": the model does not fit in memory: it needs " + model::human_bytes(need.total()) +
-              " (random float32 weights " + model::human_bytes(need.weights) + " + one sequence's windows " +
+              " (random float32 weights " + model::human_bytes(need.weights) + " + one sequence's state at " + std::to_string(model::kStateTokens) + " tokens " +
               model::human_bytes(need.state) + ") but " + model::human_bytes(static_cast<double>(avail)) +
               " is available (see `deepinfer info`)");
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -61,7 +62,12 @@ int64_t host_memory_available() {
 MemoryNeed random_weights_memory(const loader::ModelConfig& c, double bytes_per_param) {
   MemoryNeed m;
   m.weights = static_cast<double>(count_params(c).total()) * bytes_per_param;
-  m.state = state_bytes(c).fixed_stored;
+  // State grows with the tokens (the window rings up to sliding_window - 1 entries): count
+  // one sequence's first kStateTokens; longer contexts are the memory budget's business.
+  const StateBytes b = state_bytes(c);
+  const double window = static_cast<double>(std::max<int64_t>(c.sliding_window - 1, 1));
+  const double t = static_cast<double>(kStateTokens);
+  m.state = b.fixed_stored * std::min(1.0, t / window) + b.per_token_stored * t;
   return m;
 }
 

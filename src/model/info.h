@@ -28,7 +28,9 @@ std::string describe(const loader::ModelConfig& c);
 int64_t host_memory_available();
 
 // Bytes that random weights at this config's shapes take while they are made (float32 on the
-// host, or `device_bytes_per_param` in a device's memory), plus one sequence's window state.
+// host, or `bytes_per_param` each elsewhere), plus the state of one sequence's first
+// kStateTokens tokens (state grows with the context; the engine's memory budget governs more).
+constexpr int64_t kStateTokens = 4096;
 struct MemoryNeed {
   double weights = 0, state = 0;
   double total() const { return weights + state; }
