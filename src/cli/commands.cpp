@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <map>
+#include <memory>
 #include <numeric>
 
 #include "core/error.h"
@@ -76,6 +77,7 @@ int cmd_logits(const std::vector<std::string>& args) {
   if (ids.empty()) throw Error(f["tokens"] + ": no token ids");
   std::vector<int64_t> sizes = f.count("chunks") ? parse_chunks(f["chunks"]) : std::vector<int64_t>{static_cast<int64_t>(ids.size())};
   const int64_t top = f.count("top") ? parse_int("top", f["top"]) : 5;
+  if (top < 0) throw Error("flag --top: expected 0 or more tokens, got " + std::to_string(top));
   const int64_t threads_flag = f.count("threads") ? parse_int("threads", f["threads"]) : 0;
   if (threads_flag < 0 || threads_flag > 1024) throw Error("flag --threads: expected 0 (auto) to 1024, got " + std::to_string(threads_flag));
   const int threads = static_cast<int>(threads_flag);
@@ -94,15 +96,30 @@ int cmd_logits(const std::vector<std::string>& args) {
                   " is outside the vocabulary [0, " + std::to_string(V) + ")");
   auto t1 = std::chrono::steady_clock::now();
   model::SequenceState st = m.new_state();
-  std::vector<float> logits(ids.size() * static_cast<size_t>(V));
-  int64_t done = 0;
-  for (int64_t c : chunk_plan(static_cast<int64_t>(ids.size()), sizes)) {
-    batches.forward(ids.data() + done, c, st, logits.data() + done * V);
+  // Without --out only the last row is computed; with --out each chunk's rows are written as
+  // they come, so memory holds one chunk's logits, checked against what is available first.
+  const std::vector<int64_t> plan = chunk_plan(static_cast<int64_t>(ids.size()), sizes);
+  const bool all_rows = f.count("out") != 0;
+  const int64_t rows = all_rows ? *std::max_element(plan.begin(), plan.end()) : 1;
+  const double need = static_cast<double>(rows) * static_cast<double>(V) * sizeof(float);
+  const int64_t avail = model::host_memory_available();
+  if (avail >= 0 && need > static_cast<double>(avail))
+    throw Error("deepinfer logits: a chunk of " + std::to_string(rows) + " tokens needs " + model::human_bytes(need) +
+                " for its logits (" + std::to_string(rows) + " x vocab " + std::to_string(V) + " x 4 bytes) but " +
+                model::human_bytes(static_cast<double>(avail)) + " is available; pass smaller --chunks");
+  std::vector<float> logits(static_cast<size_t>(rows * V));
+  std::unique_ptr<core::NpyF32Writer> out;
+  if (all_rows) out = std::make_unique<core::NpyF32Writer>(f["out"], std::vector<int64_t>{static_cast<int64_t>(ids.size()), V});
+  int64_t done = 0, last_rows = 1;
+  for (int64_t c : plan) {
+    batches.forward(ids.data() + done, c, st, logits.data(), !all_rows);
+    if (out) out->write(logits.data(), static_cast<size_t>(c * V));
+    last_rows = all_rows ? c : 1;
     done += c;
   }
+  if (out) out->finish();
   auto t2 = std::chrono::steady_clock::now();
-  if (f.count("out")) core::write_npy_f32(f["out"], logits.data(), {static_cast<int64_t>(ids.size()), V});
-  const float* last = logits.data() + (ids.size() - 1) * static_cast<size_t>(V);
+  const float* last = logits.data() + (last_rows - 1) * V;
   std::vector<int64_t> order(static_cast<size_t>(V));
   std::iota(order.begin(), order.end(), 0);
   const int64_t k = std::clamp<int64_t>(top, 0, V);
@@ -123,8 +140,17 @@ int cmd_info(const std::vector<std::string>& args) {
     return 0;
   }
   if (!f.count("model")) throw Error("deepinfer info: --model DIR is required");
+  if (!std::filesystem::is_directory(f["model"]))
+    throw Error(f["model"] + ": not a directory (expected a checkpoint directory with config.json)");
   loader::ModelConfig cfg = loader::load_config((std::filesystem::path(f["model"]) / "config.json").string());
   std::printf("%s", model::describe(cfg).c_str());
+  const model::MemoryNeed need = model::random_weights_memory(cfg, 4.0);
+  const int64_t avail = model::host_memory_available();
+  std::printf("memory: float32 weights %s + one sequence's state at %lld tokens %s = %s; available now %s\n",
+              model::human_bytes(need.weights).c_str(), static_cast<long long>(model::kStateTokens),
+              model::human_bytes(need.state).c_str(),
+              model::human_bytes(need.total()).c_str(),
+              avail < 0 ? "unknown" : model::human_bytes(static_cast<double>(avail)).c_str());
   return 0;
 }
 
@@ -141,6 +167,23 @@ int cmd_quantize(const std::vector<std::string>& args) {
   if (!f.count("model")) throw Error("deepinfer quantize: --model IN is required");
   if (!f.count("out")) throw Error("deepinfer quantize: --out OUT is required");
   namespace fs = std::filesystem;
+  // Refuse before anything is written when OUT is IN (by any path) or lies inside it: the
+  // output would overwrite the tensors that are still being read.
+  {
+    std::error_code ec;
+    const fs::path in = fs::weakly_canonical(fs::path(f["model"]), ec);
+    const fs::path outp = ec ? fs::path() : fs::weakly_canonical(fs::path(f["out"]), ec);
+    if (ec) throw Error("deepinfer quantize: cannot resolve --model/--out paths: " + ec.message());
+    if (in == outp)
+      throw Error("flag --out: '" + f["out"] + "' is the --model directory ('" + f["model"] +
+                  "'); quantize writes a new checkpoint and would overwrite its source");
+    auto rel = outp.lexically_relative(in);
+    if (!rel.empty() && *rel.begin() != "..")
+      throw Error("flag --out: '" + f["out"] + "' is inside the --model directory ('" + f["model"] +
+                  "'); choose a directory outside it");
+    if (fs::exists(outp) && !fs::is_directory(outp))
+      throw Error("flag --out: '" + f["out"] + "' exists and is not a directory");
+  }
   auto ck = loader::Checkpoint::open(f["model"]);
   model::Weights w = model::load_weights(*ck);
   model::quantize_release(ck->config(), w);
@@ -148,8 +191,14 @@ int cmd_quantize(const std::vector<std::string>& args) {
   fs::create_directories(f["out"]);
   loader::write_safetensors((fs::path(f["out"]) / "model.safetensors").string(), tensors);
   // config.json: composite, with the release's quantization_config.
-  std::ifstream in((fs::path(f["model"]) / "config.json").string());
-  nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(in);
+  const std::string in_config = (fs::path(f["model"]) / "config.json").string();
+  std::ifstream in(in_config);
+  nlohmann::ordered_json cfg;
+  try {
+    cfg = nlohmann::ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(in_config + ": invalid JSON: " + e.what());
+  }
   nlohmann::ordered_json text = cfg.contains("text_config") ? cfg["text_config"] : cfg;
   nlohmann::ordered_json out = cfg.contains("text_config") ? cfg : nlohmann::ordered_json::object();
   if (!cfg.contains("text_config")) {
@@ -159,7 +208,13 @@ int cmd_quantize(const std::vector<std::string>& args) {
   }
   out["quantization_config"] = {{"quant_method", "fp8"}, {"scale_fmt", "ue8m0"}, {"weight_block_size", {32, 32}},
                                 {"activation_scheme", "dynamic"}, {"expert_dtype", "fp4"}};
-  std::ofstream((fs::path(f["out"]) / "config.json").string()) << out.dump(2) << "\n";
+  {
+    const std::string out_config = (fs::path(f["out"]) / "config.json").string();
+    std::ofstream oc(out_config);
+    oc << out.dump(2) << "\n";
+    oc.close();
+    if (!oc) throw Error(out_config + ": write failed");
+  }
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
     if (fs::exists(fs::path(f["model"]) / name))
       fs::copy_file(fs::path(f["model"]) / name, fs::path(f["out"]) / name, fs::copy_options::overwrite_existing);

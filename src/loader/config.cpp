@@ -1,7 +1,10 @@
 #include "loader/config.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -26,14 +29,16 @@ bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.beg
 struct Reader {
   const json& j;
   const std::string& src;
+  std::string prefix = "";  // e.g. "rope_parameters.main." for a nested object's fields
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-    throw Error(src + ": field '" + field + "': " + what);
+    throw Error(src + ": field '" + prefix + field + "': " + what);
   }
   bool has(const char* k) const { return j.contains(k) && !j.at(k).is_null(); }
   void get(const char* k, int64_t* out) const {
     if (!has(k)) return;
     const json& v = j.at(k);
-    if (v.is_number_integer()) *out = v.get<int64_t>();
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) fail(k, "integer too large: " + v.dump());
+    else if (v.is_number_integer()) *out = v.get<int64_t>();
     else if (v.is_number_float() && std::fabs(v.get<double>()) < 9.0e18 &&
              v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
       *out = static_cast<int64_t>(v.get<double>());
@@ -64,6 +69,8 @@ struct Reader {
     out->clear();
     for (const json& e : v) {
       if (!e.is_number_integer()) fail(k, "expected a list of integers, found element " + e.dump());
+      if (e.is_number_unsigned() && e.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        fail(k, "integer too large: " + e.dump());
       out->push_back(e.get<int64_t>());
     }
     return true;
@@ -74,9 +81,51 @@ void positive(const std::string& src, const char* field, int64_t v) {
   if (v <= 0) throw Error(src + ": field '" + field + "': must be > 0, got " + std::to_string(v));
 }
 
+// An integer field within [lo, hi] (the range the model can run; the bounds also keep every
+// product of two fields inside int64).
+void in_range(const std::string& src, const std::string& field, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    throw Error(src + ": field '" + field + "': must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                std::to_string(v));
+}
+
+std::string num_str(double v) {
+  std::ostringstream o;
+  o.precision(10);
+  o << v;
+  return o.str();
+}
+
+// A floating-point field that must be finite and > 0 (or >= 0 with allow_zero).
+void finite_positive(const std::string& src, const std::string& field, double v, bool allow_zero = false) {
+  if (!std::isfinite(v) || v < 0 || (v == 0 && !allow_zero))
+    throw Error(src + ": field '" + field + "': must be finite and " + (allow_zero ? ">= 0" : "> 0") + ", got " + num_str(v));
+}
+
+// Every entry of a list of layer ids in [0, n) and none twice.
+void layer_ids(const std::string& src, const std::string& field, const std::vector<int64_t>& v, int64_t n) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 0 || v[i] >= n)
+      throw Error(src + ": field '" + field + "': entry " + std::to_string(i) + " (" + std::to_string(v[i]) +
+                  ") is out of range [0, " + std::to_string(n) + "): " + list_str(v));
+    for (size_t k = 0; k < i; ++k)
+      if (v[k] == v[i])
+        throw Error(src + ": field '" + field + "': layer " + std::to_string(v[i]) + " is listed twice: " + list_str(v));
+  }
+}
+
+// Limits of the integer fields (inclusive). Token ids are int32; the geometry bounds keep the
+// weight shapes' products far from int64 overflow (the memory check then says whether a
+// model fits).
+constexpr int64_t kMaxLayers = 512, kMaxDraftLayers = 64, kMaxHeads = 4096, kMaxDim = 1 << 18, kMaxHeadDim = 1 << 16;
+constexpr int64_t kMaxVocab = (int64_t{1} << 31) - 1, kMaxPositions = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxExperts = 2048, kMaxHcMult = 64, kMaxSinkhornIters = 1000, kMaxRatio = 1 << 16;
+constexpr int64_t kMaxEngramHeads = 64, kMaxEngramNgram = 16, kMaxEngramHeadDim = 8192;
+constexpr int64_t kMaxEngramVocab = int64_t{1} << 32, kMaxEngramRows = int64_t{1} << 36;
+
 RopeParams read_rope(const json& d, const std::string& src, const std::string& where) {
   if (!d.is_object()) throw Error(src + ": field '" + where + "': expected an object");
-  Reader r{d, src};
+  Reader r{d, src, where + "."};
   RopeParams p;
   r.get("rope_type", &p.rope_type);
   if (d.contains("type") && !d.contains("rope_type")) r.get("type", &p.rope_type);
@@ -91,7 +140,16 @@ RopeParams read_rope(const json& d, const std::string& src, const std::string& w
   r.get("truncate", &p.truncate);
   if (p.rope_type != "default" && p.rope_type != "yarn")
     throw Error(src + ": field '" + where + ".rope_type': expected \"default\" or \"yarn\", got \"" + p.rope_type + "\"");
-  if (p.rope_theta <= 0) throw Error(src + ": field '" + where + ".rope_theta': must be > 0");
+  finite_positive(src, where + ".rope_theta", p.rope_theta);
+  if (!std::isfinite(p.partial_rotary_factor) || p.partial_rotary_factor <= 0 || p.partial_rotary_factor > 1)
+    throw Error(src + ": field '" + where + ".partial_rotary_factor': must be in (0, 1], got " + num_str(p.partial_rotary_factor));
+  if (p.rope_type == "yarn") {
+    if (p.has_factor) finite_positive(src, where + ".factor", p.factor);
+    finite_positive(src, where + ".beta_fast", p.beta_fast);
+    finite_positive(src, where + ".beta_slow", p.beta_slow);
+    finite_positive(src, where + ".original_max_position_embeddings", p.original_max_position_embeddings, true);
+    finite_positive(src, where + ".attention_factor", p.attention_factor);
+  }
   return p;
 }
 
@@ -125,7 +183,7 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
   json root;
   try {
     root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw Error(src + ": invalid JSON: " + e.what());
   }
   if (!root.is_object()) throw Error(src + ": expected a JSON object at the top level");
@@ -228,7 +286,56 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
   if (c.scoring_func != "sqrtsoftplus" && c.scoring_func != "softmax" && c.scoring_func != "sigmoid")
     r.fail("scoring_func", "expected \"sqrtsoftplus\", \"softmax\" or \"sigmoid\", got \"" + c.scoring_func + "\"");
   if (c.hidden_act != "silu") r.fail("hidden_act", "only \"silu\" is supported, got \"" + c.hidden_act + "\"");
-  if (c.gate_temp <= 0) r.fail("gate_temp", "must be > 0");
+  finite_positive(src, "gate_temp", c.gate_temp);
+
+  // --- ranges (before anything is sized by a field) ---
+  in_range(src, "vocab_size", c.vocab_size, 1, kMaxVocab);
+  in_range(src, "hidden_size", c.hidden_size, 1, kMaxDim);
+  in_range(src, "num_hidden_layers", c.num_hidden_layers, 1, kMaxLayers);
+  in_range(src, "num_nextn_predict_layers", c.num_nextn_predict_layers, 0, kMaxDraftLayers);
+  in_range(src, "num_attention_heads", c.num_attention_heads, 1, kMaxHeads);
+  in_range(src, "head_dim", c.head_dim, 1, kMaxHeadDim);
+  in_range(src, "q_lora_rank", c.q_lora_rank, 1, kMaxDim);
+  in_range(src, "o_lora_rank", c.o_lora_rank, 1, kMaxDim);
+  in_range(src, "o_groups", c.o_groups, 1, c.num_attention_heads);
+  in_range(src, "max_position_embeddings", c.max_position_embeddings, 1, kMaxPositions);
+  in_range(src, "sliding_window", c.sliding_window, 1, c.max_position_embeddings);
+  in_range(src, "index_n_heads", c.index_n_heads, 1, kMaxHeads);
+  in_range(src, "index_head_dim", c.index_head_dim, 1, kMaxHeadDim);
+  in_range(src, "index_topk", c.index_topk, 1, kMaxPositions);
+  in_range(src, "candidate_block_size", c.candidate_block_size, 1, kMaxPositions);
+  in_range(src, "candidate_topk_blocks", c.candidate_topk_blocks, 1, kMaxPositions);
+  in_range(src, "moe_intermediate_size", c.moe_intermediate_size, 1, kMaxDim);
+  in_range(src, "n_routed_experts", c.n_routed_experts, 1, kMaxExperts);
+  in_range(src, "hc_mult", c.hc_mult, 1, kMaxHcMult);
+  in_range(src, "hc_sinkhorn_iters", c.hc_sinkhorn_iters, 1, kMaxSinkhornIters);
+  finite_positive(src, "rms_norm_eps", c.rms_norm_eps);
+  finite_positive(src, "hc_eps", c.hc_eps);
+  finite_positive(src, "rope_theta", c.rope_theta);
+  finite_positive(src, "compress_rope_theta", c.compress_rope_theta);
+  finite_positive(src, "routed_scaling_factor", c.routed_scaling_factor);
+  finite_positive(src, "swiglu_limit", c.swiglu_limit, true);  // 0: no clamp
+  for (size_t i = 0; i < c.eos_token_ids.size(); ++i)
+    if (c.eos_token_ids[i] < 0 || c.eos_token_ids[i] >= c.vocab_size)
+      r.fail("eos_token_id", "token id " + std::to_string(c.eos_token_ids[i]) + " is outside the vocabulary [0, " +
+                                 std::to_string(c.vocab_size) + ")");
+  if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size)
+    r.fail("bos_token_id", "token id " + std::to_string(c.bos_token_id) + " is outside the vocabulary [0, " +
+                               std::to_string(c.vocab_size) + ")");
+  if (c.num_nextn_predict_layers > 0) {
+    in_range(src, "dspark_block_size", c.dspark_block_size, 1, 1024);
+    in_range(src, "dspark_noise_token_id", c.dspark_noise_token_id, 0, c.vocab_size - 1);
+  }
+  if (!c.engram_layer_ids.empty()) {
+    in_range(src, "engram_max_ngram_size", c.engram_max_ngram_size, 2, kMaxEngramNgram);
+    in_range(src, "engram_n_heads", c.engram_n_heads, 1, kMaxEngramHeads);
+    in_range(src, "engram_head_dim", c.engram_head_dim, 1, kMaxEngramHeadDim);
+    in_range(src, "engram_vocab_size", c.engram_vocab_size, 2, kMaxEngramVocab);
+    in_range(src, "engram_compressed_vocab_size", c.engram_compressed_vocab_size, 1, kMaxVocab);
+    in_range(src, "engram_pad_id", c.engram_pad_id, 0, c.vocab_size - 1);
+    for (size_t i = 0; i < c.engram_num_embeddings.size(); ++i)
+      in_range(src, "engram_num_embeddings[" + std::to_string(i) + "]", c.engram_num_embeddings[i], 1, kMaxEngramRows);
+  }
 
   const int64_t n = c.num_hidden_layers, n_nextn = c.num_nextn_predict_layers;
   // --- compress_ratios (backbone + trailing draft entries) ---
@@ -258,6 +365,9 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
                                   " entries but num_hidden_layers + num_nextn_predict_layers = " + std::to_string(n + n_nextn));
   for (size_t i = 0; i < ratios.size(); ++i)
     if (ratios[i] < 0) r.fail("compress_ratios", "entry " + std::to_string(i) + " is negative");
+    else if (ratios[i] > kMaxRatio)
+      r.fail("compress_ratios", "entry " + std::to_string(i) + " (" + std::to_string(ratios[i]) + ") must be <= " +
+                                    std::to_string(kMaxRatio));
   ratios.resize(static_cast<size_t>(n + n_nextn), 0);
   c.compress_ratios = ratios;
   std::vector<int64_t> backbone(ratios.begin(), ratios.begin() + n);
@@ -309,8 +419,10 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
   if (c.engram_num_embeddings.size() != c.engram_layer_ids.size())
     r.fail("engram_num_embeddings", "length " + std::to_string(c.engram_num_embeddings.size()) +
                                         " must match engram_layer_ids (length " + std::to_string(c.engram_layer_ids.size()) + ")");
-  for (int64_t e : c.engram_layer_ids)
-    if (e < 0 || e >= n) r.fail("engram_layer_ids", "out of range [0, " + std::to_string(n) + "): " + list_str(c.engram_layer_ids));
+  layer_ids(src, "engram_layer_ids", c.engram_layer_ids, n);
+  layer_ids(src, "kv_source_layer_ids", kv, n);
+  layer_ids(src, "index_source_layer_ids", idx, n);
+  layer_ids(src, "dspark_target_layer_ids", c.dspark_target_layer_ids, n);
 
   // --- implicit constraints the forward relies on ---
   for (int64_t i = 0; i < n; ++i) {
@@ -338,13 +450,14 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
 
   // --- rope parameters ---
   bool have_nested = false;
-  if (t.contains("rope_parameters") && t["rope_parameters"].is_object()) {
+  if (r.has("rope_parameters")) {
     const json& rp = t["rope_parameters"];
-    if (rp.contains("main") && rp["main"].is_object() && rp.contains("compress") && rp["compress"].is_object()) {
-      c.rope_main = read_rope(rp["main"], src, "rope_parameters.main");
-      c.rope_compress = read_rope(rp["compress"], src, "rope_parameters.compress");
-      have_nested = true;
-    }
+    if (!rp.is_object()) r.fail("rope_parameters", "expected an object with 'main' and 'compress', got " + rp.dump());
+    if (!rp.contains("main") || !rp.contains("compress"))
+      r.fail("rope_parameters", "needs both 'main' and 'compress' objects");
+    c.rope_main = read_rope(rp["main"], src, "rope_parameters.main");
+    c.rope_compress = read_rope(rp["compress"], src, "rope_parameters.compress");
+    have_nested = true;
   }
   if (!have_nested) {
     double partial = static_cast<double>(c.qk_rope_head_dim) / static_cast<double>(c.head_dim);
@@ -367,8 +480,8 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
                                     " must equal qk_rope_head_dim (" + std::to_string(c.qk_rope_head_dim) + ")");
     if (p->rope_type == "yarn") {
       if (p->original_max_position_embeddings <= 0)
-        p == &c.rope_main ? r.fail("rope_parameters.main", "yarn needs original_max_position_embeddings")
-                          : r.fail("rope_scaling", "yarn needs original_max_position_embeddings");
+        r.fail(have_nested ? (p == &c.rope_main ? "rope_parameters.main" : "rope_parameters.compress") : "rope_scaling",
+               "yarn needs original_max_position_embeddings > 0");
       if (p->attention_factor != 1.0)
         r.fail("rope_parameters", "yarn attention_factor other than 1.0 is not supported");
     }
@@ -378,7 +491,7 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
 
 ModelConfig load_config(const std::string& path) {
   std::ifstream f(path);
-  if (!f) throw Error(path + ": cannot open (config.json expected)");
+  if (!f) throw Error(path + ": cannot open (config.json expected): " + std::strerror(errno));
   std::stringstream ss;
   ss << f.rdbuf();
   return parse_config(ss.str(), path);

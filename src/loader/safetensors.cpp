@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -28,50 +31,50 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 
 std::string TensorInfo::shape_str() const { return loader::shape_str(shape); }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw Error(path + ": cannot open safetensors file: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw Error(path + ": cannot stat safetensors file");
-  }
-  size_ = static_cast<uint64_t>(st.st_size);
-  if (size_ < 8) {
-    ::close(fd);
-    throw Error(path + ": truncated safetensors file (" + std::to_string(size_) + " bytes, need at least 8)");
-  }
-  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw Error(path + ": mmap failed");
-  }
-  const auto* base = static_cast<const uint8_t*>(map_);
+// safetensors' own bound on the header.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// Elements of one tensor (and the product of its non-zero dimensions) at most 2^50.
+constexpr uint64_t kMaxElements = uint64_t{1} << 50;
+
+std::map<std::string, TensorInfo> parse_safetensors(const uint8_t* base, uint64_t size, const std::string& path) {
+  auto fail = [&](const std::string& msg) { throw Error(path + ": " + msg); };
+  if (size < 8) fail("truncated safetensors file (" + std::to_string(size) + " bytes, need at least 8)");
   uint64_t header_len = 0;
-  std::memcpy(&header_len, base, 8);  // little-endian hosts only
-  if (header_len > size_ - 8) {
-    std::string msg = path + ": truncated or corrupt safetensors file: header length " + std::to_string(header_len) +
-                      " exceeds file size " + std::to_string(size_);
-    ::munmap(map_, size_);
-    map_ = nullptr;
-    throw Error(msg);
-  }
-  const uint64_t data_start = 8 + header_len, data_len = size_ - data_start;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | base[i];  // little-endian u64
+  if (header_len > size - 8)
+    fail("truncated or corrupt safetensors file: header length " + std::to_string(header_len) + " exceeds file size " +
+         std::to_string(size));
+  if (header_len > kMaxHeaderBytes)
+    fail("corrupt safetensors file: header length " + std::to_string(header_len) + " exceeds the format's limit of " +
+         std::to_string(kMaxHeaderBytes) + " bytes");
+  const uint64_t data_start = 8 + header_len, data_len = size - data_start;
+  // Duplicate tensor names would silently replace each other in the parsed object.
+  std::set<std::string> keys;
+  std::string duplicate;
+  auto on_event = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+    if (ev == nlohmann::json::parse_event_t::key && depth == 1) {
+      const std::string k = parsed.get<std::string>();
+      if (!keys.insert(k).second && duplicate.empty()) duplicate = k;
+    }
+    return true;
+  };
   nlohmann::json h;
   try {
-    h = nlohmann::json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len));
+    h = nlohmann::json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len),
+                              on_event);
   } catch (const nlohmann::json::exception& e) {
-    ::munmap(map_, size_);
-    map_ = nullptr;
-    throw Error(path + ": corrupt safetensors header (invalid JSON): " + e.what());
+    fail(std::string("corrupt safetensors header (invalid JSON): ") + e.what());
   }
-  auto fail = [&](const std::string& msg) {
-    ::munmap(map_, size_);
-    map_ = nullptr;
-    throw Error(path + ": " + msg);
-  };
   if (!h.is_object()) fail("corrupt safetensors header (not a JSON object)");
+  if (!duplicate.empty()) fail("corrupt safetensors header: tensor '" + duplicate + "' is listed twice");
+  if (h.contains("__metadata__") && !h["__metadata__"].is_object() && !h["__metadata__"].is_null())
+    fail("corrupt safetensors header: __metadata__ must be an object");
+  std::map<std::string, TensorInfo> tensors;
+  struct Span {
+    uint64_t b, e;
+    const std::string* name;
+  };
+  std::vector<Span> spans;
   for (auto it = h.begin(); it != h.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const auto& v = it.value();
@@ -84,29 +87,87 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     if (!v["dtype"].is_string() || !core::parse_dtype(v["dtype"].get<std::string>(), &ti.dtype))
       fail("tensor '" + name + "': unsupported dtype " + v["dtype"].dump());
     if (!v["shape"].is_array()) fail("tensor '" + name + "': shape is not a list");
+    if (v["shape"].size() > 8) fail("tensor '" + name + "': shape " + v["shape"].dump() + " has more than 8 dimensions");
+    // Element count, and the product of the non-zero dimensions, bounded without overflow: a
+    // zero dimension must not hide a huge one.
+    uint64_t numel = 1, nonzero = 1;
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned()) fail("tensor '" + name + "': bad shape " + v["shape"].dump());
-      ti.shape.push_back(d.get<int64_t>());
+      const uint64_t x = d.get<uint64_t>();
+      if (x != 0 && nonzero > kMaxElements / x)
+        fail("tensor '" + name + "': shape " + v["shape"].dump() + " is too large (over 2^50 elements)");
+      if (x != 0) nonzero *= x;
+      numel *= x;
+      ti.shape.push_back(static_cast<int64_t>(x));
     }
     const auto& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       fail("tensor '" + name + "': bad data_offsets " + off.dump());
-    uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
     if (b > e || e > data_len)
       fail("truncated or corrupt file: tensor '" + name + "' data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
            "] exceed the data section (" + std::to_string(data_len) + " bytes)");
-    // Element count with overflow guard.
-    uint64_t numel = 1;
-    for (int64_t d : ti.shape) {
-      if (d != 0 && numel > (uint64_t{1} << 50) / static_cast<uint64_t>(d)) fail("tensor '" + name + "': shape too large");
-      numel *= static_cast<uint64_t>(d);
-    }
-    if (numel * static_cast<uint64_t>(core::dtype_size(ti.dtype)) != e - b)
+    const uint64_t need = numel * static_cast<uint64_t>(core::dtype_size(ti.dtype));
+    if (need != e - b)
       fail("tensor '" + name + "': " + std::to_string(e - b) + " bytes stored but shape " + ti.shape_str() + " of " +
-           std::string(core::dtype_name(ti.dtype)) + " needs " + std::to_string(numel * static_cast<uint64_t>(core::dtype_size(ti.dtype))));
+           std::string(core::dtype_name(ti.dtype)) + " needs " + std::to_string(need));
     ti.data = base + data_start + b;
     ti.nbytes = e - b;
-    tensors_.emplace(name, std::move(ti));
+    auto [pos, inserted] = tensors.emplace(name, std::move(ti));
+    spans.push_back({b, e, &pos->first});
+  }
+  // The data section is the tensors' bytes laid end to end: no overlap, no hole.
+  std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.b != y.b ? x.b < y.b : x.e < y.e; });
+  uint64_t at = 0;
+  const std::string* prev = nullptr;
+  for (const Span& sp : spans) {
+    if (sp.b < at)
+      fail("corrupt safetensors file: tensor '" + *sp.name + "' bytes [" + std::to_string(sp.b) + ", " +
+           std::to_string(sp.e) + ") overlap tensor '" + *prev + "' (which ends at " + std::to_string(at) + ")");
+    if (sp.b > at)
+      fail("corrupt safetensors file: " + std::to_string(sp.b - at) + " unused bytes at data offset " + std::to_string(at) +
+           " before tensor '" + *sp.name + "' (the data section must have no holes)");
+    at = sp.e;
+    prev = sp.name;
+  }
+  if (at != data_len)
+    fail("corrupt safetensors file: " + std::to_string(data_len - at) + " bytes after the last tensor's data at offset " +
+         std::to_string(at) + " (the data section must have no holes)");
+  return tensors;
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(path + ": cannot open safetensors file: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(path + ": cannot stat safetensors file: " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": not a regular file (a safetensors file expected)");
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ < 8) {
+    ::close(fd);
+    throw Error(path + ": truncated safetensors file (" + std::to_string(size_) + " bytes, need at least 8)");
+  }
+  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw Error(path + ": cannot map the safetensors file (" + std::to_string(size_) + " bytes) into memory: " +
+                std::strerror(err));
+  }
+  try {
+    tensors_ = parse_safetensors(static_cast<const uint8_t*>(map_), size_, path);
+  } catch (...) {
+    ::munmap(map_, size_);
+    map_ = nullptr;
+    throw;
   }
 }
 

@@ -1,9 +1,9 @@
 // safetensors files, memory-mapped: one file, or shards listed by model.safetensors.index.json.
 //
 // Purpose: parse and validate each header (dtype, shape, offsets inside the file, byte
-// count = elements x dtype size, no overlap past the end), and hand out read-only views of
-// tensor bytes straight from the mapping. A truncated or corrupt file is an Error naming
-// the file and the tensor, never an out-of-bounds read.
+// count = elements x dtype size, tensors laid end to end with no overlap and no hole), and
+// hand out read-only views of tensor bytes straight from the mapping. A truncated or
+// corrupt file is an Error naming the file and the tensor, never an out-of-bounds read.
 // Invariants: a TensorInfo's data pointer stays valid while its SafetensorsFile lives.
 // Threading: read-only after open; safe to read from many threads.
 #pragma once
@@ -47,6 +47,14 @@ class SafetensorsFile {
 };
 
 std::string shape_str(const std::vector<int64_t>& shape);
+
+// Parses and checks a whole safetensors file held in memory ([base, base + size)), as
+// safetensors' rules say: header length bounded (100 MB) and inside the file, a JSON object
+// with each tensor once, known dtypes, data offsets inside the data section with the byte
+// count equal to the shape's elements x the dtype's size (no overflow, a zero dimension
+// does not hide a huge one), and the tensors' bytes covering the data section exactly (no
+// overlap, no hole). Errors name `path` and the tensor. The TensorInfos point into `base`.
+std::map<std::string, TensorInfo> parse_safetensors(const uint8_t* base, uint64_t size, const std::string& path);
 
 // One tensor to write: name, dtype, shape and its raw little-endian bytes.
 struct TensorToWrite {

@@ -1,5 +1,9 @@
 #include "model/info.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
 #include <sstream>
 
 #include "model/weights.h"
@@ -41,6 +45,43 @@ std::string human(double n) {
   return o.str();
 }
 }  // namespace
+
+int64_t host_memory_available() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb) {
+    std::getline(f, unit);
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : -1;
+}
+
+MemoryNeed random_weights_memory(const loader::ModelConfig& c, double bytes_per_param) {
+  MemoryNeed m;
+  m.weights = static_cast<double>(count_params(c).total()) * bytes_per_param;
+  // State grows with the tokens (the window rings up to sliding_window - 1 entries): count
+  // one sequence's first kStateTokens; longer contexts are the memory budget's business.
+  const StateBytes b = state_bytes(c);
+  const double window = static_cast<double>(std::max<int64_t>(c.sliding_window - 1, 1));
+  const double t = static_cast<double>(kStateTokens);
+  m.state = b.fixed_stored * std::min(1.0, t / window) + b.per_token_stored * t;
+  return m;
+}
+
+std::string human_bytes(double bytes) {
+  std::ostringstream o;
+  o.precision(3);
+  if (bytes >= 1e15) o << bytes / 1e15 << " PB";
+  else if (bytes >= 1e12) o << bytes / 1e12 << " TB";
+  else if (bytes >= 1e9) o << bytes / 1e9 << " GB";
+  else if (bytes >= 1e6) o << bytes / 1e6 << " MB";
+  else if (bytes >= 1e3) o << bytes / 1e3 << " KB";
+  else o << bytes << " B";
+  return o.str();
+}
 
 std::string describe(const loader::ModelConfig& c) {
   std::ostringstream o;

@@ -3,6 +3,7 @@
 // Threading: pure functions.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "loader/config.h"
@@ -21,5 +22,21 @@ struct StateBytes {
 StateBytes state_bytes(const loader::ModelConfig& c);
 
 std::string describe(const loader::ModelConfig& c);
+
+// Host memory available to a new allocation now (MemAvailable of /proc/meminfo, else the free
+// physical pages), in bytes; -1 when neither can be read.
+int64_t host_memory_available();
+
+// Bytes that random weights at this config's shapes take while they are made (float32 on the
+// host, or `bytes_per_param` each elsewhere), plus the state of one sequence's first
+// kStateTokens tokens (state grows with the context; the engine's memory budget governs more).
+constexpr int64_t kStateTokens = 4096;
+struct MemoryNeed {
+  double weights = 0, state = 0;
+  double total() const { return weights + state; }
+};
+MemoryNeed random_weights_memory(const loader::ModelConfig& c, double bytes_per_param = 4.0);
+// "1.23 GB" style.
+std::string human_bytes(double bytes);
 
 }  // namespace deepinfer::model

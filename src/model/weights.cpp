@@ -106,6 +106,10 @@ float* own(Weights& w, int64_t n) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A shape mismatch may be the config's mistake as much as the checkpoint's: say where the
+// expected shape comes from.
+constexpr const char* kFromConfig = " (the shape config.json's sizes give; check both files)";
+
 // A float copy of any stored matrix (small tensors the forward reads as float arrays).
 const float* widen(Weights& w, const Mat& m) {
   if (m.format == kernels::WeightFormat::kF32) return m.f32();
@@ -145,14 +149,15 @@ Mat fetch_mat(const loader::Checkpoint& ck, Weights& w, const std::string& name,
     case core::DType::F16:
     case core::DType::F8_E4M3:
       if (t->shape != shape)
-        throw Error(t->file + ": tensor '" + t->name + "' has shape " + t->shape_str() + ", expected " + loader::shape_str(shape));
+        throw Error(t->file + ": tensor '" + t->name + "' has shape " + t->shape_str() + ", expected " + loader::shape_str(shape) +
+                    kFromConfig);
       break;
     case core::DType::I8:
     case core::DType::U8: {
       const std::vector<int64_t> packed = {rows, ceil_div(cols, 2)};
       if (t->shape != packed)
         throw Error(t->file + ": tensor '" + t->name + "' is MXFP4 (" + dtype_str(*t) + ") but a [" + std::to_string(rows) +
-                    ", " + std::to_string(cols) + "] weight packs to " + loader::shape_str(packed));
+                    ", " + std::to_string(cols) + "] weight packs to " + loader::shape_str(packed) + kFromConfig);
       break;
     }
     default:
@@ -218,7 +223,8 @@ const float* fetch_vec(const loader::Checkpoint& ck, Weights& w, const std::stri
     throw Error(t->file + ": tensor '" + t->name + "' has dtype " + std::string(core::dtype_name(t->dtype)) +
                 ", expected F32, BF16 or F16 for a vector");
   if (t->shape != std::vector<int64_t>{n})
-    throw Error(t->file + ": tensor '" + t->name + "' has shape " + t->shape_str() + ", expected [" + std::to_string(n) + "]");
+    throw Error(t->file + ": tensor '" + t->name + "' has shape " + t->shape_str() + ", expected [" + std::to_string(n) + "]" +
+                kFromConfig);
   if (t->dtype == core::DType::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0)
     return reinterpret_cast<const float*>(t->data);
   float* out = own(w, n);

@@ -10,14 +10,31 @@
 namespace deepinfer::tokenizer {
 
 Bpe Bpe::from_json(const nlohmann::json& m, const std::string& source) {
+  if (!m.is_object()) throw Error(source + ": model: expected an object, got " + m.dump().substr(0, 40));
+  if (m.contains("type") && !m["type"].is_string()) throw Error(source + ": model.type: expected a string");
+  if (m.contains("merges") && !m["merges"].is_array()) throw Error(source + ": model.merges: expected a list");
+  if (m.contains("unk_token") && !m["unk_token"].is_string() && !m["unk_token"].is_null())
+    throw Error(source + ": model.unk_token: expected a string");
   if (m.value("type", "BPE") != "BPE") throw Error(source + ": model type '" + m.value("type", "") + "' is not supported (BPE is)");
   if (!m.contains("vocab") || !m["vocab"].is_object()) throw Error(source + ": model.vocab: expected an object");
   if (m.contains("byte_fallback") && m["byte_fallback"].is_boolean() && m["byte_fallback"].get<bool>())
     throw Error(source + ": model.byte_fallback = true is not supported");
   Bpe b;
+  // Ids in [0, entries + kMaxUnusedIds) and each once; the tokenizer sizes its id table by
+  // the largest.
+  const int64_t limit = static_cast<int64_t>(m["vocab"].size()) + kMaxUnusedIds;
+  std::unordered_map<int32_t, const std::string*> by_id;
   for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
-    if (!it.value().is_number_integer()) throw Error(source + ": model.vocab['" + it.key() + "']: expected an integer id");
-    const int32_t id = it.value().get<int32_t>();
+    const auto& v = it.value();
+    if (!v.is_number_integer()) throw Error(source + ": model.vocab['" + it.key() + "']: expected an integer id, got " + v.dump());
+    if (v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(limit) : (v.get<int64_t>() < 0 || v.get<int64_t>() >= limit))
+      throw Error(source + ": model.vocab['" + it.key() + "']: id " + v.dump() + " is out of range [0, " +
+                  std::to_string(limit) + ") (" + std::to_string(m["vocab"].size()) + " entries)");
+    const int32_t id = static_cast<int32_t>(v.get<int64_t>());
+    auto [prev, fresh] = by_id.emplace(id, &it.key());
+    if (!fresh)
+      throw Error(source + ": model.vocab['" + it.key() + "']: id " + std::to_string(id) + " is already taken by '" +
+                  *prev->second + "'");
     b.vocab_.emplace(it.key(), id);
     b.max_id_ = std::max(b.max_id_, id);
   }

@@ -22,6 +22,9 @@ namespace deepinfer::tokenizer {
 
 class Bpe {
  public:
+  // Unused ids allowed below the largest one (holes in the id space) beyond the entry count.
+  static constexpr int64_t kMaxUnusedIds = 65536;
+
   // Parses the `model` object; throws Error on an unsupported model or a merge whose parts
   // or result are not in the vocabulary.
   static Bpe from_json(const nlohmann::json& model, const std::string& source);

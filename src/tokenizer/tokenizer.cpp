@@ -56,16 +56,49 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& text, co
     t->pre_ = PreTokenizer::from_json(j.value("pre_tokenizer", nlohmann::json()), source);
     t->bpe_ = Bpe::from_json(j["model"], source);
     int32_t max_id = t->bpe_.max_id();
-    for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
+    const nlohmann::json added = j.value("added_tokens", nlohmann::json::array());
+    if (!added.is_array()) throw Error(source + ": added_tokens: expected a list");
+    // Ids in [0, entries + unused allowance), each added token once, and one that shares an id
+    // with the vocabulary must be the same token.
+    const int64_t limit = static_cast<int64_t>(t->bpe_.vocab().size() + added.size()) + Bpe::kMaxUnusedIds;
+    std::unordered_map<int32_t, std::string> vocab_by_id;
+    for (const auto& [tok, id] : t->bpe_.vocab()) vocab_by_id.emplace(id, tok);
+    std::unordered_map<std::string, size_t> added_by_content;
+    for (size_t i = 0; i < added.size(); ++i) {
+      const auto& a = added[i];
+      const std::string where = source + ": added_tokens[" + std::to_string(i) + "]";
+      if (!a.is_object()) throw Error(where + ": expected an object");
+      if (!a.contains("id") || !a["id"].is_number_integer()) throw Error(where + ".id: expected an integer id");
+      if (!a.contains("content") || !a["content"].is_string()) throw Error(where + ".content: expected a string");
+      const auto& idj = a["id"];
+      if (idj.is_number_unsigned() ? idj.get<uint64_t>() >= static_cast<uint64_t>(limit)
+                                   : (idj.get<int64_t>() < 0 || idj.get<int64_t>() >= limit))
+        throw Error(where + ".id: " + idj.dump() + " is out of range [0, " + std::to_string(limit) + ")");
       AddedToken at;
-      at.id = a.at("id").get<int32_t>();
-      at.content = a.at("content").get<std::string>();
+      at.id = static_cast<int32_t>(idj.get<int64_t>());
+      at.content = a["content"].get<std::string>();
+      for (const char* flag : {"special", "lstrip", "rstrip", "normalized", "single_word"})
+        if (a.contains(flag) && !a[flag].is_boolean()) throw Error(where + "." + flag + ": expected true or false");
       at.special = a.value("special", false);
       at.lstrip = a.value("lstrip", false);
       at.rstrip = a.value("rstrip", false);
       at.normalized = a.value("normalized", false);
       at.single_word = a.value("single_word", false);
-      if (at.content.empty()) throw Error(source + ": added token " + std::to_string(at.id) + " has empty content");
+      if (at.content.empty()) throw Error(where + " (id " + std::to_string(at.id) + ") has empty content");
+      if (t->added_by_id_.count(at.id))
+        throw Error(where + ": id " + std::to_string(at.id) + " is already used by added token '" +
+                    t->added_[t->added_by_id_[at.id]].content + "'");
+      if (!added_by_content.emplace(at.content, i).second)
+        throw Error(where + ": '" + at.content + "' is listed twice (also added_tokens[" +
+                    std::to_string(added_by_content[at.content]) + "])");
+      auto same_id = vocab_by_id.find(at.id);
+      if (same_id != vocab_by_id.end() && same_id->second != at.content)
+        throw Error(where + ": id " + std::to_string(at.id) + " ('" + at.content + "') is model.vocab's '" + same_id->second +
+                    "' as well");
+      auto same_content = t->bpe_.vocab().find(at.content);
+      if (same_content != t->bpe_.vocab().end() && same_content->second != at.id)
+        throw Error(where + ": '" + at.content + "' has id " + std::to_string(at.id) + " but model.vocab gives it id " +
+                    std::to_string(same_content->second));
       max_id = std::max(max_id, at.id);
       t->added_by_id_[at.id] = t->added_.size();
       t->added_.push_back(std::move(at));
@@ -80,32 +113,52 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& text, co
     for (const auto& a : t->added_) t->id_to_token_[static_cast<size_t>(a.id)] = a.content;
     // Post-processor: TemplateProcessing "single" (others add nothing to ids).
     const auto& pp = j.value("post_processor", nlohmann::json());
+    if (!pp.is_null() && !pp.is_object()) throw Error(source + ": post_processor: expected an object");
     std::vector<const nlohmann::json*> procs;
     if (pp.is_object() && pp.value("type", "") == "Sequence") {
-      for (const auto& p : pp.at("processors")) procs.push_back(&p);
+      if (!pp.contains("processors") || !pp["processors"].is_array())
+        throw Error(source + ": post_processor.processors: expected a list");
+      for (const auto& p : pp.at("processors")) {
+        if (!p.is_object()) throw Error(source + ": post_processor.processors: expected a list of objects");
+        procs.push_back(&p);
+      }
     } else if (pp.is_object()) {
       procs.push_back(&pp);
     }
     for (const auto* p : procs) {
       if (p->value("type", "") != "TemplateProcessing") continue;
+      if (!p->contains("single") || !(*p)["single"].is_array())
+        throw Error(source + ": post_processor (TemplateProcessing).single: expected a list");
       bool seen_a = false;
       for (const auto& piece : p->at("single")) {
+        if (!piece.is_object()) throw Error(source + ": post_processor (TemplateProcessing).single: expected a list of objects");
         if (piece.contains("Sequence")) {
           seen_a = true;
         } else if (piece.contains("SpecialToken")) {
           const std::string name = piece["SpecialToken"].at("id").get<std::string>();
+          if (!p->contains("special_tokens") || !(*p)["special_tokens"].is_object())
+            throw Error(source + ": post_processor (TemplateProcessing).special_tokens: expected an object");
           const auto& sts = p->at("special_tokens");
           if (!sts.contains(name)) throw Error(source + ": post_processor special token '" + name + "' is not defined");
-          for (const auto& id : sts[name].at("ids")) (seen_a ? t->post_suffix_ : t->post_prefix_).push_back(id.get<int32_t>());
+          if (!sts[name].is_object() || !sts[name].contains("ids") || !sts[name]["ids"].is_array())
+            throw Error(source + ": post_processor special token '" + name + "': expected an object with a list 'ids'");
+          for (const auto& id : sts[name].at("ids")) {
+            if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= t->vocab_size_)
+              throw Error(source + ": post_processor special token '" + name + "': id " + id.dump() +
+                          " is not a token id in [0, " + std::to_string(t->vocab_size_) + ")");
+            (seen_a ? t->post_suffix_ : t->post_prefix_).push_back(static_cast<int32_t>(id.get<int64_t>()));
+          }
         }
       }
     }
     const auto& dec = j.value("decoder", nlohmann::json());
+    if (!dec.is_null() && !dec.is_object()) throw Error(source + ": decoder: expected an object");
     t->byte_level_decoder_ = dec.is_null() ? t->pre_.byte_level() : dec.value("type", "") == "ByteLevel";
     if (dec.is_object() && dec.value("type", "") == "Sequence") {
       t->byte_level_decoder_ = false;
+      if (!dec.contains("decoders") || !dec["decoders"].is_array()) throw Error(source + ": decoder.decoders: expected a list");
       for (const auto& d : dec.at("decoders"))
-        if (d.value("type", "") == "ByteLevel") t->byte_level_decoder_ = true;
+        if (d.is_object() && d.value("type", "") == "ByteLevel") t->byte_level_decoder_ = true;
     }
   } catch (const nlohmann::json::exception& e) {
     throw Error(source + ": malformed tokenizer.json: " + e.what());

@@ -435,3 +435,124 @@ TEST_F(Cli, QuantizeWritesARunnableReleaseCheckpoint) {
   EXPECT_THAT(r.out, HasSubstr("top 5 next tokens"));
   expect_error("quantize --model " + quote(model));  // --out missing
 }
+
+namespace {
+
+// A copy of a fixture checkpoint in `dir` (config, weights, tokenizer).
+void copy_checkpoint(const std::string& from, const fs::path& dir) {
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(from))
+    if (e.is_regular_file()) fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing);
+}
+
+}  // namespace
+
+// Without --out only the last position's logits are computed: the same top tokens as with
+// --out, for every chunking.
+TEST_F(Cli, LogitsWithoutOutPrintsTheSameTopTokens) {
+  for (const char* chunks : {"", "--chunks 13,9,1", "--chunks 1"}) {
+    const Outcome with = run(logits_args(kCed, kTokens, std::string(chunks) + " --top 8 --out " + quote(path("all.npy"))));
+    const Outcome without = run(logits_args(kCed, kTokens, std::string(chunks) + " --top 8"));
+    ASSERT_EQ(with.code, 0) << with.err;
+    ASSERT_EQ(without.code, 0) << without.err;
+    EXPECT_EQ(with.out, without.out) << chunks;
+    EXPECT_THAT(without.out, HasSubstr("top 8 next tokens after position 39:"));
+  }
+}
+
+// quantize refuses an --out that is the source checkpoint, by any spelling of its path, or
+// lies inside it, before writing anything.
+TEST_F(Cli, QuantizeRefusesToOverwriteItsSource) {
+  const fs::path src = dir_ / "src";
+  copy_checkpoint(kCed, src);
+  const std::string before = slurp(src / "model.safetensors"), config_before = slurp(src / "config.json");
+  fs::create_directory_symlink(src, dir_ / "link");
+  for (const std::string& out : {src.string(), src.string() + "/", src.string() + "/./", (dir_ / "src/../src").string(),
+                                (dir_ / "link").string()}) {
+    const std::string err = expect_error("quantize --model " + quote(src.string()) + " --out " + quote(out));
+    EXPECT_THAT(err, HasSubstr("flag --out")) << out;
+    EXPECT_THAT(err, HasSubstr("is the --model directory")) << out;
+  }
+  const std::string err = expect_error("quantize --model " + quote(src.string()) + " --out " + quote((src / "q").string()));
+  EXPECT_THAT(err, HasSubstr("is inside the --model directory"));
+  EXPECT_FALSE(fs::exists(src / "q"));
+  EXPECT_EQ(slurp(src / "model.safetensors"), before);
+  EXPECT_EQ(slurp(src / "config.json"), config_before);
+}
+
+// Config mistakes are named as such by every command that reads a config.
+TEST_F(Cli, ConfigMistakesNameTheField) {
+  const fs::path m = dir_ / "m";
+  copy_checkpoint(kCed, m);
+  const std::string config = slurp(m / "config.json");
+  struct Case {
+    const char* field;
+    nlohmann::json value;
+    const char* expect;
+  } cases[] = {
+      {"num_hidden_layers", 1e9, "field 'num_hidden_layers': must be in [1, 512], got 1000000000"},
+      {"hc_sinkhorn_iters", 1e9, "field 'hc_sinkhorn_iters': must be in [1, 1000]"},
+      {"rms_norm_eps", -1e-6, "field 'rms_norm_eps': must be finite and > 0"},
+      {"kv_source_layer_ids", {2, 2, 5}, "field 'kv_source_layer_ids': layer 2 is listed twice"},
+  };
+  for (const Case& c : cases) {
+    auto j = nlohmann::json::parse(config);
+    j[c.field] = c.value;
+    std::ofstream(m / "config.json") << j.dump();
+    for (const std::string& args : {"info --model " + quote(m.string()), logits_args(m.string(), kTokens),
+                                    logits_args(m.string(), kTokens, "--load-format random")}) {
+      const std::string err = expect_error(args);
+      EXPECT_THAT(err, HasSubstr((m / "config.json").string())) << args;
+      EXPECT_THAT(err, HasSubstr(c.expect)) << args;
+    }
+  }
+}
+
+// A config too large for this machine's memory is refused up front, saying how much it needs
+// and how much there is; `info` shows the figure.
+TEST_F(Cli, ModelLargerThanMemoryIsRefusedBeforeLoading) {
+  const fs::path m = dir_ / "m";
+  copy_checkpoint(kCed, m);
+  auto j = nlohmann::json::parse(slurp(m / "config.json"));
+  j["vocab_size"] = 2000000000;
+  j["hidden_size"] = 200000;
+  std::ofstream(m / "config.json") << j.dump();
+  const Outcome info = run("info --model " + quote(m.string()));
+  ASSERT_EQ(info.code, 0) << info.err;
+  EXPECT_THAT(info.out, HasSubstr("memory: float32 weights "));
+  EXPECT_THAT(info.out, HasSubstr("available now "));
+  const std::string err = expect_error(logits_args(m.string(), kTokens, "--load-format random"));
+  EXPECT_THAT(err, HasSubstr("does not fit in memory: it needs"));
+  EXPECT_THAT(err, HasSubstr("is available"));
+}
+
+// A .npy header claiming a huge array in a tiny file is an error naming the file, not an
+// allocation of gigabytes.
+TEST_F(Cli, TokensNpyClaimingAHugeShape) {
+  std::string header = "{'descr': '<i8', 'fortran_order': False, 'shape': (4000000000,), }";
+  header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xFF);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header + std::string(16, '\0');
+  std::ofstream(path("huge.npy"), std::ios::binary) << bytes;
+  const std::string err = expect_error(logits_args(kCed, path("huge.npy")));
+  EXPECT_THAT(err, HasSubstr(path("huge.npy")));
+  EXPECT_THAT(err, HasSubstr("needs 32000000000 bytes, the file has 16"));
+}
+
+TEST_F(Cli, LogitsAndInfoBadArguments) {
+  EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "--top -3")), HasSubstr("flag --top: expected 0 or more tokens, got -3"));
+  EXPECT_THAT(expect_error("info --model " + quote(kTokens)), HasSubstr(kTokens + ": not a directory"));
+  fs::create_directories(path("empty"));
+  EXPECT_THAT(expect_error("info --model " + quote(path("empty"))), HasSubstr("config.json: cannot open (config.json expected): No such file"));
+  // An unsigned id past int64 is not reported as a negative id.
+  std::string header = "{'descr': '<u8', 'fortran_order': False, 'shape': (1,), }";
+  header += std::string((64 - (10 + header.size() + 1) % 64) % 64, ' ') + "\n";
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xFF);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header + std::string(8, '\xff');
+  std::ofstream(path("u8.npy"), std::ios::binary) << bytes;
+  EXPECT_THAT(expect_error(logits_args(kCed, path("u8.npy"))), HasSubstr("value 18446744073709551615 at index 0 does not fit in int64"));
+}

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Builds the grammar fuzz targets and run-batch's --resume reader (resume) with clang
-# (libFuzzer + ASan + UBSan) and runs each for a bounded time. Usage: tests/fuzz/run_fuzz.sh [SECONDS_PER_TARGET=60] [TARGETS...]
+# Builds the fuzz targets with clang (libFuzzer + ASan + UBSan) and runs each for a bounded
+# time (or RUNS=N executions). Usage: [RUNS=N] tests/fuzz/run_fuzz.sh [SECONDS_PER_TARGET=60] [TARGETS...]
+# Targets: the grammar front ends (ebnf json_schema regex), run-batch's --resume reader (resume)
+# and the file readers (config safetensors npy tokenizer); the default is all of them.
 # Needs clang (apt-get install clang). Crashes are written to build/fuzz/crashes/<target>/
 # and make the script exit non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-60}
 shift || true
-TARGETS=${*:-"ebnf json_schema regex resume"}
+TARGETS=${*:-"ebnf json_schema regex resume config safetensors npy tokenizer"}
 OUT=build/fuzz
 mkdir -p "$OUT/obj"
 CXX=${CXX_FUZZ:-clang++}
 FLAGS="-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Isrc -Iinclude"
-SRCS="src/api/batch_output.cpp $(ls src/grammar/*.cpp) $(ls src/tokenizer/*.cpp) src/core/dtype.cpp src/core/npy.cpp src/core/thread_pool.cpp src/core/rng.cpp src/core/numpy_rng.cpp"
+SRCS="src/api/batch_output.cpp $(ls src/grammar/*.cpp) $(ls src/tokenizer/*.cpp) src/core/dtype.cpp src/core/npy.cpp src/core/thread_pool.cpp src/core/rng.cpp src/core/numpy_rng.cpp src/loader/config.cpp src/loader/safetensors.cpp"
 OBJS=""
 for s in $SRCS; do
   o="$OUT/obj/$(echo "$s" | tr '/' '_').o"
@@ -37,19 +39,47 @@ seeds["resume"] = ['{"custom_id":"r0","response":{"text":"Hi","token_ids":[1,2],
                    '"completion_tokens":2,"total_tokens":5},"choices":[{"index":0,"text":"Hi","token_ids":[1,2],"finish_reason":"length"}]}}\n'
                    '{"custom_id":"line 2","error":{"message":"malformed JSON on line 2"}}\n{"custom_id":"r2","resp',
                    '{"custom_id":"a","error":{"message":"m"}}\r\n\n', '']
+# File readers: the fixture configs, small safetensors and .npy files, small tokenizer.json texts.
+import struct, glob
+seeds["config"] = [open(p).read() for p in sorted(glob.glob("tests/data/v41/*/config.json"))]
+def st(tensors):
+    h, off, data = {"__metadata__": {"format": "pt"}}, 0, b""
+    for name, dtype, shape, n in tensors:
+        h[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + n]}
+        data += bytes((i * 13 + 5) % 256 for i in range(n))
+        off += n
+    hb = json.dumps(h).encode()
+    return struct.pack("<Q", len(hb)) + hb + data
+seeds["safetensors"] = [st([("a", "F32", [2, 3], 24), ("b", "BF16", [4], 8), ("c", "U8", [0, 5], 0)]),
+                        st([("w.weight", "F8_E4M3", [4, 8], 32), ("w.scale", "F8_E8M0", [1, 1], 1)]),
+                        st([("x", "I64", [], 8)])]
+seeds["npy"] = [open(p, "rb").read() for p in ["tests/data/v41/ced/golden/greedy_prompt.npy",
+                                                "tests/data/tokenizer/fixture/doc_index.npy"]]
+seeds["tokenizer"] = [json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120": 3, "<s>": 4, "c": 5},
+                                            "merges": ["a b"], "unk_token": "c"},
+                                  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False},
+                                  "decoder": {"type": "ByteLevel"},
+                                  "added_tokens": [{"id": 4, "content": "<s>", "special": True},
+                                                   {"id": 6, "content": "<|x|>", "lstrip": True, "rstrip": True}],
+                                  "post_processor": {"type": "TemplateProcessing",
+                                                     "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+                                                     "special_tokens": {"<s>": {"id": "<s>", "ids": [4]}}}})]
 for k, items in seeds.items():
     d = os.path.join(out, "seeds", k)
     os.makedirs(d, exist_ok=True)
     for i, s in enumerate(items):
-        open(os.path.join(d, f"seed_{i:04d}"), "w").write(s)
+        open(os.path.join(d, f"seed_{i:04d}"), "wb").write(s if isinstance(s, bytes) else s.encode())
 PY
 status=0
 for t in $TARGETS; do
   $CXX $FLAGS -fsanitize=fuzzer tests/fuzz/fuzz_$t.cpp $OBJS $(pkg-config --libs libpcre2-8 libutf8proc) -o "$OUT/fuzz_$t"
   mkdir -p "$OUT/corpus/$t" "$OUT/crashes/$t"
-  echo "== fuzz_$t for ${SECS}s"
-  if ! "$OUT/fuzz_$t" -max_total_time="$SECS" -max_len=4096 -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
-       -dict=tests/fuzz/$t.dict \
+  LIMIT="-max_total_time=$SECS"
+  if [ -n "${RUNS:-}" ]; then LIMIT="-runs=$RUNS"; fi
+  DICT=""
+  if [ -f "tests/fuzz/$t.dict" ]; then DICT="-dict=tests/fuzz/$t.dict"; fi
+  echo "== fuzz_$t ($LIMIT)"
+  if ! "$OUT/fuzz_$t" $LIMIT -max_len=4096 -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 $DICT \
        -artifact_prefix="$OUT/crashes/$t/" "$OUT/corpus/$t" "$OUT/seeds/$t" 2>&1 | tail -n 12; then
     status=1
   fi

@@ -356,6 +356,78 @@ const ErrorCase kErrorCases[] = {
     {"YarnWithoutOriginal", {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}},
      {"'rope_scaling'", "original_max_position_embeddings"}},
     {"TextConfigNotObject", {{"text_config", 3}}, {"'text_config'", "expected an object"}},
+    // Sizes and counts beyond what the model can run are refused before anything is sized by them.
+    {"LayersHuge", {{"num_hidden_layers", 1e9}}, {"'num_hidden_layers'", "must be in [1, 512], got 1000000000"}},
+    {"SinkhornItersHuge", {{"hc_sinkhorn_iters", 1e9}}, {"'hc_sinkhorn_iters'", "must be in [1, 1000], got 1000000000"}},
+    {"HeadsHuge", {{"num_attention_heads", 1 << 20}}, {"'num_attention_heads'", "must be in [1, 4096]"}},
+    {"HiddenTooLarge", {{"hidden_size", 1 << 20}}, {"'hidden_size'", "must be in [1, 262144], got 1048576"}},
+    {"HeadDimHuge", {{"head_dim", int64_t{1} << 40}}, {"'head_dim'", "must be in [1, 65536]"}},
+    {"ExpertsHuge", {{"n_routed_experts", 1000000}}, {"'n_routed_experts'", "must be in [1, 2048]"}},
+    {"VocabHuge", {{"vocab_size", int64_t{1} << 33}}, {"'vocab_size'", "must be in [1, 2147483647]"}},
+    {"HcMultHuge", {{"hc_mult", 100000}}, {"'hc_mult'", "must be in [1, 64]"}},
+    {"DraftLayersHuge", {{"num_nextn_predict_layers", 1e8}}, {"'num_nextn_predict_layers'", "[0, 64]"}},
+    {"OGroupsAboveHeads", {{"o_groups", 128}}, {"'o_groups'", "must be in [1, 64], got 128"}},
+    {"PositionsHuge", {{"max_position_embeddings", 1e12}}, {"'max_position_embeddings'", "[1, 2147483647]"}},
+    {"WindowBeyondPositions", {{"sliding_window", 4096}, {"max_position_embeddings", 1024}},
+     {"'sliding_window'", "must be in [1, 1024], got 4096"}},
+    {"IndexTopkHuge", {{"index_topk", int64_t{1} << 32}}, {"'index_topk'", "[1, 2147483647]"}},
+    {"RatioHuge", {{"compress_ratios", {0, 0, 2, 2, 2, 1, 1 << 20}}}, {"'compress_ratios'", "entry 6 (1048576) must be <= 65536"}},
+    {"UnsignedOverflow", {{"moe_intermediate_size", UINT64_MAX}}, {"'moe_intermediate_size'", "integer too large"}},
+    {"UnsignedOverflowInList", {{"compress_ratios", {0, 0, 2, 2, 2, 1, UINT64_MAX}}}, {"'compress_ratios'", "integer too large"}},
+    // Values that make the model meaningless (NaN logits) are the config's fault, named as such.
+    {"NegativeRmsEps", {{"rms_norm_eps", -1e-6}}, {"'rms_norm_eps'", "must be finite and > 0, got -1e-06"}},
+    {"ZeroRmsEps", {{"rms_norm_eps", 0}}, {"'rms_norm_eps'", "must be finite and > 0, got 0"}},
+    {"NegativeHcEps", {{"hc_eps", -1}}, {"'hc_eps'", "> 0"}},
+    {"ZeroRopeTheta", {{"rope_theta", 0}}, {"'rope_theta'", "> 0"}},
+    {"NegativeCompressTheta", {{"compress_rope_theta", -5}}, {"'compress_rope_theta'", "> 0"}},
+    {"NegativeScaling", {{"routed_scaling_factor", -1.5}}, {"'routed_scaling_factor'", "> 0"}},
+    {"NegativeSwigluLimit", {{"swiglu_limit", -10}}, {"'swiglu_limit'", ">= 0"}},
+    {"GateTempZero", {{"gate_temp", 0}}, {"'gate_temp'", "> 0"}},
+    {"YarnFactorZero",
+     {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 0}, {"original_max_position_embeddings", 256}}}},
+     {"'rope_scaling.factor'", "must be finite and > 0, got 0"}},
+    {"YarnFactorNegative",
+     {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", -4}, {"original_max_position_embeddings", 256}}}},
+     {"'rope_scaling.factor'", "got -4"}},
+    {"YarnBetaFastZero",
+     {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}, {"beta_fast", 0}, {"original_max_position_embeddings", 256}}}},
+     {"'rope_scaling.beta_fast'", "> 0"}},
+    {"YarnOriginalNegative",
+     {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}, {"original_max_position_embeddings", -256}}}},
+     {"'rope_scaling.original_max_position_embeddings'", ">= 0"}},
+    {"NestedPartialRotaryZero",
+     {{"rope_parameters", {{"main", {{"rope_theta", 10000}, {"partial_rotary_factor", 0}}}, {"compress", {{"rope_theta", 10000}}}}}},
+     {"'rope_parameters.main.partial_rotary_factor'", "must be in (0, 1], got 0"}},
+    {"NestedFactorString",
+     {{"rope_parameters", {{"main", {{"rope_theta", 10000}, {"partial_rotary_factor", 0.125}}},
+                           {"compress", {{"rope_theta", 10000}, {"factor", "4"}}}}}},
+     {"'rope_parameters.compress.factor'", "expected a number, got \"4\""}},
+    {"NestedYarnWithoutOriginal",
+     {{"rope_parameters", {{"main", {{"rope_theta", 10000}, {"partial_rotary_factor", 0.125}}},
+                           {"compress", {{"rope_theta", 10000}, {"rope_type", "yarn"}, {"factor", 4}, {"partial_rotary_factor", 0.125}}}}}},
+     {"'rope_parameters.compress'", "yarn needs original_max_position_embeddings > 0"}},
+    {"RopeParametersNotObject", {{"rope_parameters", 5}}, {"'rope_parameters'", "expected an object"}},
+    {"RopeParametersMainOnly", {{"rope_parameters", {{"main", {{"rope_theta", 10000}}}}}},
+     {"'rope_parameters'", "needs both 'main' and 'compress'"}},
+    {"DuplicateEngramLayers", {{"engram_layer_ids", {1, 1}}, {"engram_num_embeddings", {10, 10}}},
+     {"'engram_layer_ids'", "layer 1 is listed twice: [1, 1]"}},
+    {"DuplicateKvSources", {{"kv_source_layer_ids", {2, 2, 5}}}, {"'kv_source_layer_ids'", "layer 2 is listed twice"}},
+    {"DuplicateIndexSources", {{"index_source_layer_ids", {2, 5, 5}}}, {"'index_source_layer_ids'", "layer 5 is listed twice"}},
+    {"DsparkTargetOutOfRange", {{"dspark_target_layer_ids", {3, 9}}}, {"'dspark_target_layer_ids'", "entry 1 (9)"}},
+    {"EngramNgramHuge", {{"engram_layer_ids", {1}}, {"engram_num_embeddings", {10}}, {"engram_max_ngram_size", 100000}},
+     {"'engram_max_ngram_size'", "must be in [2, 16]"}},
+    {"EngramHeadsHuge", {{"engram_layer_ids", {1}}, {"engram_num_embeddings", {10}}, {"engram_n_heads", 1e9}},
+     {"'engram_n_heads'", "must be in [1, 64]"}},
+    {"EngramRowsZero", {{"engram_layer_ids", {1}}, {"engram_num_embeddings", {0}}}, {"'engram_num_embeddings[0]'", "got 0"}},
+    {"EngramPadOutOfVocab", {{"engram_layer_ids", {1}}, {"engram_num_embeddings", {10}}, {"engram_pad_id", -3}},
+     {"'engram_pad_id'", "got -3"}},
+    {"EosOutOfVocab", {{"vocab_size", 1000}, {"eos_token_id", 1000}}, {"'eos_token_id'", "token id 1000 is outside the vocabulary [0, 1000)"}},
+    {"EosListOutOfVocab", {{"vocab_size", 1000}, {"eos_token_id", {1, -2}}}, {"'eos_token_id'", "token id -2"}},
+    {"BosOutOfVocab", {{"vocab_size", 1000}, {"bos_token_id", 5000}}, {"'bos_token_id'", "token id 5000"}},
+    {"DsparkNoiseOutOfVocab",
+     {{"vocab_size", 1000}, {"num_nextn_predict_layers", 1}, {"compress_ratios", {0, 0, 2, 2, 2, 1, 1, 0}},
+      {"dspark_noise_token_id", 128799}},
+     {"'dspark_noise_token_id'", "must be in [0, 999], got 128799"}},
 };
 
 class ConfigError : public ::testing::TestWithParam<ErrorCase> {};
@@ -387,6 +459,23 @@ TEST(Config, BoundaryValuesParse) {
   j = seven_layers();
   j["engram_layer_ids"] = {1, 4};  // absent rows default to zeros
   EXPECT_THAT(parse_config(j.dump()).engram_num_embeddings, ElementsAre(0, 0));
+  // The limits themselves parse.
+  j = seven_layers();
+  j.merge_patch({{"hc_sinkhorn_iters", 1000}, {"hidden_size", 262144}, {"sliding_window", 1024},
+                 {"max_position_embeddings", 1024}, {"swiglu_limit", 0}, {"eos_token_id", {0, 129279}}, {"bos_token_id", -1}});
+  EXPECT_EQ(parse_config(j.dump()).hc_sinkhorn_iters, 1000);
+}
+
+// A number the JSON library cannot hold is an invalid-JSON error naming the file, never a
+// library exception escaping.
+TEST(Config, NumberOverflowNamesTheFile) {
+  try {
+    parse_config("{\"num_hidden_layers\": 7, \"rms_norm_eps\": 1e400}", "over.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("over.json: invalid JSON"));
+    EXPECT_THAT(e.what(), HasSubstr("number overflow"));
+  }
 }
 
 }  // namespace

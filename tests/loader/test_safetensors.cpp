@@ -21,6 +21,8 @@
 #include "core/error.h"
 #include "loader/checkpoint.h"
 #include "loader/safetensors.h"
+#include "engine/load_model.h"
+#include "kernels/backend.h"
 #include "model/weights.h"
 
 namespace {
@@ -386,6 +388,7 @@ TEST_F(LoadWeights, WrongShapeNamesTensorExpectedAndFound) {
   const std::string m = load_weights_error(ts);
   EXPECT_THAT(m, HasSubstr("tensor 'model.layers.5.attn.indexer.wk.weight'"));
   EXPECT_THAT(m, HasSubstr("has shape [32, 64], expected [32, 32]"));
+  EXPECT_THAT(m, HasSubstr("the shape config.json's sizes give; check both files"));  // may be the config's mistake
 }
 
 TEST_F(LoadWeights, IntegerDtypeIsNamed) {
@@ -418,6 +421,117 @@ TEST_F(LoadWeights, HalfPrecisionIsWidened) {
   for (size_t i = 0; i < ref.size(); ++i)
     EXPECT_EQ(w.norm[i], deepinfer::core::bf16_to_f32(deepinfer::core::f32_to_bf16(ref[i]))) << i;
   EXPECT_GE(w.owned_floats, static_cast<int64_t>(ref.size()));
+}
+
+
+// ---------------------------------------------------------------------------------------
+// safetensors' layout rules: offsets in order, no overlap, no hole, bounded header and shapes
+
+TEST_F(Safetensors, OverlappingTensorsAreRejected) {
+  const std::string p = path("overlap.safetensors");
+  // b's bytes start inside a's: both byte counts match their shapes.
+  const std::string header = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                             R"("b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})";
+  write_file(p, raw_file(header.size(), header, iota_bytes(24)));
+  EXPECT_THAT(error_of(p), AllOf(HasSubstr(p), HasSubstr("tensor 'b' bytes [8, 24) overlap tensor 'a'")));
+  // The same tensor bytes read by two names.
+  const std::string same = R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},)"
+                           R"("b":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})";
+  write_file(p, raw_file(same.size(), same, iota_bytes(8)));
+  EXPECT_THAT(error_of(p), HasSubstr("overlap tensor 'a'"));
+}
+
+TEST_F(Safetensors, HolesInTheDataSectionAreRejected) {
+  const std::string p = path("hole.safetensors");
+  const std::string gap = R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                          R"("b":{"dtype":"U8","shape":[4],"data_offsets":[8,12]}})";
+  write_file(p, raw_file(gap.size(), gap, iota_bytes(12)));
+  EXPECT_THAT(error_of(p), AllOf(HasSubstr(p), HasSubstr("4 unused bytes at data offset 4 before tensor 'b'")));
+  const std::string late = R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})";
+  write_file(p, raw_file(late.size(), late, iota_bytes(8)));
+  EXPECT_THAT(error_of(p), HasSubstr("4 unused bytes at data offset 0 before tensor 'a'"));
+  const std::string tail = R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})";
+  write_file(p, raw_file(tail.size(), tail, iota_bytes(9)));
+  EXPECT_THAT(error_of(p), HasSubstr("5 bytes after the last tensor's data at offset 4"));
+  // Out-of-order offsets that tile the section are fine; zero-sized tensors take no bytes.
+  const std::string swapped = R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]},)"
+                              R"("b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                              R"("z":{"dtype":"F32","shape":[0,3],"data_offsets":[4,4]}})";
+  write_file(p, raw_file(swapped.size(), swapped, iota_bytes(8)));
+  SafetensorsFile f(p);
+  EXPECT_EQ(f.tensors().at("a").data, f.tensors().at("b").data + 4);
+}
+
+TEST_F(Safetensors, ZeroDimensionBesideAHugeOneIsRejected) {
+  const std::string p = path("zero.safetensors");
+  for (const char* shape : {"[0, 18446744073709551615]", "[1152921504606846976, 0]", "[0, 1125899906842625]",
+                                  "[33554432, 33554433, 0]"}) {
+    const std::string header = std::string(R"({"w":{"dtype":"F32","shape":)") + shape + R"(,"data_offsets":[0,0]}})";
+    write_file(p, raw_file(header.size(), header, {}));
+    EXPECT_THAT(error_of(p), AllOf(HasSubstr(p), HasSubstr("tensor 'w': shape"), HasSubstr("is too large"))) << shape;
+  }
+  // Byte counts that would overflow 64 bits.
+  const std::string big = R"({"w":{"dtype":"I64","shape":[4294967296, 4294967296],"data_offsets":[0,0]}})";
+  write_file(p, raw_file(big.size(), big, {}));
+  EXPECT_THAT(error_of(p), HasSubstr("is too large"));
+}
+
+TEST_F(Safetensors, DuplicateTensorNameIsRejected) {
+  const std::string p = path("dup.safetensors");
+  const std::string header = R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                             R"("w":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})";
+  write_file(p, raw_file(header.size(), header, iota_bytes(8)));
+  EXPECT_THAT(error_of(p), AllOf(HasSubstr(p), HasSubstr("tensor 'w' is listed twice")));
+}
+
+TEST_F(Safetensors, HeaderLengthAboveTheFormatLimit) {
+  // A header that is really there but longer than safetensors allows (100 MB) is refused
+  // before it is parsed.
+  const std::string p = path("huge_header.safetensors");
+  {
+    std::ofstream f(p, std::ios::binary);
+    const uint64_t len = 100'000'001;
+    f.write(reinterpret_cast<const char*>(&len), 8);
+    f.seekp(static_cast<std::streamoff>(8 + len - 1));
+    f.put(' ');
+  }
+  EXPECT_THAT(error_of(p), AllOf(HasSubstr(p), HasSubstr("exceeds the format's limit of 100000000 bytes")));
+}
+
+TEST_F(Safetensors, DirectoryAndMissingFileNameTheReason) {
+  fs::create_directories(path("dir.safetensors"));
+  EXPECT_THAT(error_of(path("dir.safetensors")), HasSubstr("not a regular file"));
+  EXPECT_THAT(error_of(path("missing.safetensors")), AllOf(HasSubstr("missing.safetensors"), HasSubstr("No such file")));
+}
+
+TEST_F(Safetensors, InMemoryParserMatchesTheFile) {
+  const std::string bytes = st_file({{"a", "F32", {2}, f32_bytes({1.0f, 2.0f})}, {"b", "U8", {3}, iota_bytes(3)}});
+  const auto t = deepinfer::loader::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "mem");
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t.at("b").nbytes, 3u);
+  try {
+    deepinfer::loader::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size() - 1, "mem");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("mem: "), HasSubstr("tensor 'b'")));
+  }
+}
+
+// A config whose random weights cannot fit is refused before anything is allocated, with
+// what it needs and what there is.
+TEST_F(Safetensors, RandomWeightsThatDoNotFitAreRefusedUpFront) {
+  json c = json::parse(std::ifstream(kCed + "/config.json"));
+  c["vocab_size"] = 2000000000;
+  c["hidden_size"] = 262144;
+  std::ofstream(path("config.json")) << c.dump();
+  auto be = deepinfer::kernels::make_backend("cpu", 1, "float32");
+  try {
+    deepinfer::engine::load_model(dir_.string(), *be, deepinfer::engine::LoadFormat::kRandom);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(path("config.json")), HasSubstr("does not fit in memory: it needs"),
+                                HasSubstr("PB"), HasSubstr("is available")));
+  }
 }
 
 }  // namespace

@@ -166,3 +166,73 @@ TEST(Tokenizer, ChatIdsUseSpecialTokens) {
   EXPECT_EQ(ids[0], *tok->bos_id());  // BOS is a special token, matched as one id
   EXPECT_EQ(tok->decode(ids), text);
 }
+
+// Ids in tokenizer.json are checked before anything is sized or indexed by them: negative,
+// huge, duplicated and conflicting ids are Errors naming the file and the entry.
+TEST(Tokenizer, BadIdsNameTheEntry) {
+  auto err = [](const std::string& text) {
+    try {
+      Tokenizer::from_json_text(text, "ids.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto with_vocab = [](const std::string& vocab, const std::string& rest = "") {
+    return R"({"model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []})" + rest + "}";
+  };
+  struct Case {
+    std::string text, expect;
+  } cases[] = {
+      {with_vocab(R"({"a": -1})"), "ids.json: model.vocab['a']: id -1 is out of range [0, 65537)"},
+      {with_vocab(R"({"a": 2147483647})"), "model.vocab['a']: id 2147483647 is out of range"},
+      {with_vocab(R"({"a": 4294967296})"), "model.vocab['a']: id 4294967296 is out of range"},
+      {with_vocab(R"({"a": 18446744073709551615})"), "model.vocab['a']: id 18446744073709551615 is out of range"},
+      {with_vocab(R"({"a": 1.5})"), "model.vocab['a']: expected an integer id, got 1.5"},
+      {with_vocab(R"({"a": 0, "b": 0})"), "model.vocab['b']: id 0 is already taken by 'a'"},
+      {with_vocab(R"({"a": 0})", R"(, "added_tokens": [{"id": -5, "content": "<x>"}])"),
+       "ids.json: added_tokens[0].id: -5 is out of range"},
+      {with_vocab(R"({"a": 0})", R"(, "added_tokens": [{"id": 1000000000, "content": "<x>"}])"),
+       "added_tokens[0].id: 1000000000 is out of range [0, 65538)"},
+      {with_vocab(R"({"a": 0})", R"(, "added_tokens": [{"id": "1", "content": "<x>"}])"), "added_tokens[0].id: expected an integer id"},
+      {with_vocab(R"({"a": 0})", R"(, "added_tokens": [{"id": 1}])"), "added_tokens[0].content: expected a string"},
+      {with_vocab(R"({"a": 0})", R"(, "added_tokens": [7])"), "added_tokens[0]: expected an object"},
+      {with_vocab(R"({"a": 0})", R"(, "added_tokens": {"id": 1})"), "added_tokens: expected a list"},
+      {with_vocab(R"({"a": 0})", R"(, "added_tokens": [{"id": 1, "content": "<x>", "special": "yes"}])"),
+       "added_tokens[0].special: expected true or false"},
+      {with_vocab(R"({"a": 0})", R"(, "added_tokens": [{"id": 1, "content": "<x>"}, {"id": 1, "content": "<y>"}])"),
+       "added_tokens[1]: id 1 is already used by added token '<x>'"},
+      {with_vocab(R"({"a": 0})", R"(, "added_tokens": [{"id": 1, "content": "<x>"}, {"id": 2, "content": "<x>"}])"),
+       "added_tokens[1]: '<x>' is listed twice (also added_tokens[0])"},
+      {with_vocab(R"({"a": 0})", R"(, "added_tokens": [{"id": 0, "content": "<x>"}])"),
+       "added_tokens[0]: id 0 ('<x>') is model.vocab's 'a' as well"},
+      {with_vocab(R"({"a": 0, "<x>": 1})", R"(, "added_tokens": [{"id": 2, "content": "<x>"}])"),
+       "added_tokens[0]: '<x>' has id 2 but model.vocab gives it id 1"},
+      {with_vocab(R"({"a": 0})", R"(, "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"id": "<s>", "ids": [99999]}}})"),
+       "post_processor special token '<s>': id 99999 is not a token id in [0, 1)"},
+      {with_vocab(R"({"a": 0})", R"(, "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}], "special_tokens": {"<s>": {"id": "<s>", "ids": [-1]}}})"),
+       "id -1 is not a token id"},
+  };
+  // Wrong types name the member instead of passing a JSON library message through.
+  const Case shapes[] = {
+      {R"({"model": null})", "ids.json: model: expected an object"},
+      {R"({"model": {"type": 5, "vocab": {}}})", "model.type: expected a string"},
+      {R"({"model": {"vocab": {}, "merges": {"a": 1}}})", "model.merges: expected a list"},
+      {R"({"model": {"vocab": {}, "unk_token": 5}})", "model.unk_token: expected a string"},
+      {with_vocab("{}", R"(, "decoder": "ByteLevel")"), "decoder: expected an object"},
+      {with_vocab("{}", R"(, "decoder": {"type": "Sequence", "decoders": 3})"), "decoder.decoders: expected a list"},
+      {with_vocab("{}", R"(, "post_processor": [1])"), "post_processor: expected an object"},
+      {with_vocab("{}", R"(, "post_processor": {"type": "Sequence", "processors": 5})"), "post_processor.processors: expected a list"},
+      {with_vocab("{}", R"(, "post_processor": {"type": "TemplateProcessing", "single": 5})"), "(TemplateProcessing).single: expected a list"},
+      {with_vocab("{}", R"(, "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}], "special_tokens": {"<s>": {"ids": 4}}})"),
+       "special token '<s>': expected an object with a list 'ids'"},
+  };
+  for (const Case& c : cases) EXPECT_NE(err(c.text).find(c.expect), std::string::npos) << c.text << "\n -> " << err(c.text);
+  for (const Case& c : shapes) EXPECT_NE(err(c.text).find(c.expect), std::string::npos) << c.text << "\n -> " << err(c.text);
+  // An added token that repeats its vocabulary entry (as real tokenizers do), and holes in the
+  // id space, load.
+  auto t = Tokenizer::from_json_text(with_vocab(R"({"a": 0, "<x>": 1, "b": 5})", R"(, "added_tokens": [{"id": 1, "content": "<x>", "special": true}, {"id": 9, "content": "<y>"}])"), "ok.json");
+  EXPECT_EQ(t->vocab_size(), 10);
+  EXPECT_EQ(t->id_to_token(9), "<y>");
+  EXPECT_EQ(t->id_to_token(7), "");
+}
