@@ -65,6 +65,10 @@ struct Decimal {
 // A JSON number (integer or float) as an exact decimal of its shortest text form.
 Decimal decimal_of(const nlohmann::ordered_json& number);
 int compare_decimal(const Decimal& a, const Decimal& b);  // -1, 0, 1 (signed values)
+// True when the JSON number text `text` has exactly the value `parsed` (the double the
+// parser made of it); false when the parser rounded it (more digits than a double holds,
+// an integer beyond 64 bits, an exponent out of range).
+bool number_text_is_exact(const std::string& text, double parsed);
 struct NumberBounds {
   const Decimal* lo = nullptr;
   bool lo_exclusive = false;
