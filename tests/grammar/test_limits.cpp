@@ -49,6 +49,10 @@ std::string schema_error(const std::string& text) {
   return error_of([&] { json_schema_to_grammar(text); });
 }
 
+std::string schema_error_compiled(const std::string& text) {
+  return error_of([&] { schema(text); });
+}
+
 }  // namespace
 
 TEST(GrammarLimits, LongChainOfRulesCompiles) {
@@ -253,4 +257,17 @@ TEST(GrammarLimits, ExclusiveOneOfIsAcceptedAndItsOutputsMatchExactlyOneBranch) 
       EXPECT_EQ(validate_json(ojson::parse(s), ojson::parse(out)), "") << s << " -> " << out;
     }
   }
+}
+
+TEST(GrammarLimits, QuadraticSubsetConstructionIsBounded) {
+  // An unanchored search for a long run: each DFA state is a set of up to 100000 positions.
+  const std::string err = error_of([] {
+    Grammar g;
+    const int32_t root = g.declare_rule("root");
+    g.define_rule(root, regex_to_expr(g, "a{100000}", {.json_string = false, .search = true}));
+    g.set_root(root);
+    CompiledGrammar::compile(g, byte_vocab(), {.precompute = false});
+  });
+  EXPECT_THAT(err, HasSubstr("grammar too large"));
+  EXPECT_THAT(schema_error_compiled(R"({"type":"string","pattern":"a{100000}"})"), HasSubstr("grammar too large"));
 }
