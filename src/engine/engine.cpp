@@ -41,11 +41,13 @@ struct Completion {
   uint64_t seed = 0;
   std::unique_ptr<grammar::Matcher> matcher;  // structured output only
   std::vector<uint32_t> mask;                 // [ceil(vocab / 32)] u32: the next token's allowed ids
+  bool ended = false;                         // finished (or its request failed)
 };
 
 struct Engine::Live {
   EngineRequest req;
   std::vector<std::unique_ptr<Completion>> comps;  // [params.n]; empty when the request failed
+  bool failed = false;                             // failed while it ran (the others go on)
 };
 
 struct Engine::RunState {
@@ -56,6 +58,7 @@ struct Engine::RunState {
   // The sampler's rows of the current step (reused across steps).
   std::vector<sample::SampleRequest> sreqs;
   std::vector<sample::SampleResult> sres;
+  std::vector<int64_t> nan_at;  // [drawn rows] the first NaN logit's id, or -1
 };
 
 namespace {
@@ -89,6 +92,10 @@ int64_t Engine::grammar_compiles() const { return grammars_ ? grammars_->compile
 
 std::string Engine::structured_output_error(const SamplingParams& p) {
   if (!tok_) return "structured_output: needs a tokenizer (the model has no tokenizer.json)";
+  if (tok_->vocab_size() > model_.config().vocab_size)
+    return "structured_output: the tokenizer has " + std::to_string(tok_->vocab_size()) +
+           " tokens, more than the model's vocabulary (config.json vocab_size " + std::to_string(model_.config().vocab_size) +
+           "); the grammar's token masks would not match the logits";
   if (!grammars_) {
     std::vector<int32_t> stops;  // the engine's EOS ids that the tokenizer knows
     for (int32_t e : eos_ids_)
@@ -113,6 +120,14 @@ std::string Engine::request_error(const EngineRequest& req) {
         break;
       }
   if (err.empty() && !tok_ && !p.stop.empty()) err = "stop: stop strings need a tokenizer (the model has no tokenizer.json)";
+  if (err.empty() && p.min_tokens > 0)
+    for (int32_t e : eos_ids_)
+      if (e < 0 || e >= V) {
+        err = "min_tokens: the EOS token id " + std::to_string(e) +
+              " (config.json eos_token_id or the tokenizer's EOS) is outside the model's vocabulary [0, " + std::to_string(V) +
+              "), so it cannot be held back";
+        break;
+      }
   if (err.empty() && p.structured_output) err = structured_output_error(p);
   return err;
 }
@@ -239,23 +254,70 @@ void Engine::sample(RunState& rs, const sched::StepPlan& plan, const runner::Ste
       sr.allowed_bitmask = c.mask;
     }
   }
+  // A NaN logit fails its request at commit (the sampler would read it as -inf and could
+  // draw a token the grammar forbids, or token 0 from an all-NaN row).
+  rs.nan_at.assign(nd, -1);
+  for (size_t d = 0; d < nd; ++d) {
+    const auto& l = rs.sreqs[d].logits;
+    for (size_t j = 0; j < l.size(); ++j)
+      if (std::isnan(l[j])) {
+        rs.nan_at[d] = static_cast<int64_t>(j);
+        break;
+      }
+  }
   sampler_.sample_batch(rs.sreqs, rs.sres, pool_.get());
+}
+
+// Request r fails while running: its output keeps what was generated, with `error`; its
+// sequences leave the scheduler; the rest of the batch goes on.
+void Engine::fail_request(RunState& rs, size_t r, const std::string& error) {
+  Live& L = *rs.live[r];
+  if (L.failed) return;
+  L.failed = true;
+  for (auto& c : L.comps) {
+    if (c->ended) continue;
+    c->ended = true;
+    rs.scheduler.finish(&c->seq);
+  }
+  rs.outputs.fail_running(r, error);
 }
 
 void Engine::commit(RunState& rs, const sched::StepPlan& plan, const runner::StepOutput& so) {
   for (size_t i = 0, d = 0; i < so.sampled.size(); ++i) {
     sched::Sequence& s = *plan.chunks[so.sampled[i]].seq;
-    const Live& L = *rs.live[s.request];
+    Live& L = *rs.live[s.request];
     Completion& c = *L.comps[static_cast<size_t>(s.completion)];
+    const size_t row = d;
     sample::SampleResult* drawn = so.token[i] < 0 ? &rs.sres[d++] : nullptr;
+    if (L.failed) continue;  // an earlier row of this step failed the request
+    const int64_t step = s.generated();
+    if (drawn && rs.nan_at[row] >= 0) {
+      fail_request(rs, s.request,
+                   "NaN in the logits at step " + std::to_string(step) + " (completion " + std::to_string(s.completion) +
+                       ", first at token id " + std::to_string(rs.nan_at[row]) +
+                       "): the model's output is not finite; check the checkpoint's weights (the output head "
+                       "'head.weight' and the final norm 'norm.weight' first) for NaN or Inf values");
+      continue;
+    }
     const int32_t tok = drawn ? drawn->token : so.token[i];
+    // The mask allowed `tok`, so the matcher accepts it, unless no allowed token could be drawn
+    // (every allowed logit -inf, or min_tokens holding EOS back where only EOS is allowed).
+    if (c.matcher && !c.matcher->accept_token(tok)) {
+      fail_request(rs, s.request,
+                   "structured_output: at step " + std::to_string(step) + " (completion " + std::to_string(s.completion) +
+                       ") no token the grammar allows could be chosen (the allowed tokens' logits are all -inf, or "
+                       "min_tokens " + std::to_string(L.req.params.min_tokens) +
+                       " holds EOS back where the grammar can only end)");
+      continue;
+    }
     std::optional<TokenLogprob> lp = drawn ? std::move(drawn->logprob) : backend_logprob(so, i, tok, L.req.params);
     s.tokens.push_back(tok);
     ++times_.generated_tokens;
-    // The mask allowed `tok`, so the matcher accepts it (EOS only where the grammar can end).
-    if (c.matcher) DI_CHECK(c.matcher->accept_token(tok), "structured output: a masked-in token was rejected");
     const bool grammar_done = c.matcher && (c.matcher->is_terminated() || c.matcher->is_completed());
-    if (rs.outputs.commit(s.request, s.completion, tok, std::move(lp), grammar_done)) rs.scheduler.finish(&s);
+    if (rs.outputs.commit(s.request, s.completion, tok, std::move(lp), grammar_done)) {
+      c.ended = true;
+      rs.scheduler.finish(&s);
+    }
   }
 }
 

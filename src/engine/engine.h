@@ -114,6 +114,7 @@ class Engine {
   void sample(RunState& rs, const sched::StepPlan& plan, const runner::StepOutput& so);
   // Each sampled row's token onto its sequence and grammar, then through the output processor;
   // a completion that ended leaves the scheduler.
+  void fail_request(RunState& rs, size_t r, const std::string& error);
   void commit(RunState& rs, const sched::StepPlan& plan, const runner::StepOutput& so);
 
   runner::BatchRunner& batches_;

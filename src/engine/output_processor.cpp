@@ -29,6 +29,20 @@ void OutputProcessor::fail(size_t r, const std::string& error) {
   out.metrics.finish_s = now();
 }
 
+void OutputProcessor::fail_running(size_t r, const std::string& error) {
+  Request& R = requests_[r];
+  if (R.out.finished) return;
+  R.out.error = error;
+  for (auto& c : R.comps) {
+    if (c.out.finish_reason == FinishReason::kNone) c.out.finish_reason = FinishReason::kError;
+  }
+  R.remaining = 0;
+  R.out.finished = true;
+  R.out.metrics.finish_s = now();
+  for (auto& cc : R.comps) R.out.outputs.push_back(std::move(cc.out));
+  if (on_finish_) on_finish_(r, R.out);
+}
+
 void OutputProcessor::report_failed() const {
   if (!on_finish_) return;
   for (size_t r = 0; r < requests_.size(); ++r)

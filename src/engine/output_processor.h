@@ -51,6 +51,10 @@ class OutputProcessor {
   // here: report_failed() calls it for every such request, in request order.
   void fail(size_t r, const std::string& error);
   void report_failed() const;
+  // Request r failed while it ran (its error): every completion still running ends with
+  // finish reason kError, keeping what it generated; on_finish is called. No-op when r has
+  // already finished.
+  void fail_running(size_t r, const std::string& error);
   // Request r runs its params.n completions.
   void start(size_t r);
 

@@ -41,6 +41,9 @@ void compute_byte_classes(const std::vector<Nfa>& nfas, RawTables* t) {
   t->n_classes = cls + 1;
 }
 
+// Total NFA states across the subsets of one rule's DFA.
+constexpr int64_t kMaxSubsetEntries = 16'000'000;
+
 void append_dfa(const Nfa& nfa, int32_t rule, const InlinePlan& plan, RawTables* t, int64_t max_states) {
   const int32_t nc = t->n_classes;
   const size_t n_nfa = nfa.states.size();
@@ -80,6 +83,7 @@ void append_dfa(const Nfa& nfa, int32_t rule, const InlinePlan& plan, RawTables*
   std::vector<std::vector<int32_t>> sets;
   const int32_t base = t->size();
   std::vector<int32_t> merged;
+  int64_t set_entries = 0;
   // `targets`: NFA states entered by one transition.
   auto intern = [&](const std::vector<int32_t>& targets) -> int32_t {
     merged.clear();
@@ -94,6 +98,13 @@ void append_dfa(const Nfa& nfa, int32_t rule, const InlinePlan& plan, RawTables*
     int32_t id = base + static_cast<int32_t>(sets.size());
     if (id >= max_states) {
       throw Error("grammar too large: more than " + std::to_string(max_states) + " DFA states");
+    }
+    // The subsets' total size bounds the work too: a search for a long run (".*a{100000}")
+    // makes DFA states of ever larger subsets, quadratic in the run's length.
+    set_entries += static_cast<int64_t>(merged.size());
+    if (set_entries > kMaxSubsetEntries) {
+      throw Error("grammar too large: the DFA construction holds more than " + std::to_string(kMaxSubsetEntries) +
+                  " NFA-state entries (a long repetition inside an unanchored pattern?)");
     }
     ids.emplace(merged, id);
     sets.push_back(merged);

@@ -11,22 +11,30 @@ namespace deepinfer::grammar::detail {
 namespace {
 
 constexpr int64_t kSat = int64_t{1} << 40;
+// Deepest chain of inlined rule references (with their expressions) one NFA build expands.
+constexpr int64_t kMaxInlineDepth = 256;
 int64_t sat_mul(int64_t a, int64_t b) { return (a == 0 || b == 0) ? 0 : (a > kSat / b ? kSat : std::min(kSat, a * b)); }
 int64_t sat_add(int64_t a, int64_t b) { return std::min(kSat, a + b); }
 
 int64_t repeat_copies(const Expr& e) { return e.max == kUnbounded ? e.min + 1 : e.max; }
 
-// Visits every rule reference in `expr` with the number of copies it gets when expanded.
+// Visits every rule reference in `expr` with the number of copies it gets when expanded
+// (an explicit stack: the expression's depth comes from the input).
 void for_each_ref(const Grammar& g, int32_t expr, int64_t mult, const std::function<void(int32_t, int64_t)>& fn) {
-  const Expr& e = g.expr(expr);
-  switch (e.kind) {
-    case ExprKind::kRuleRef: fn(e.rule, mult); break;
-    case ExprKind::kSeq:
-    case ExprKind::kAlt:
-      for (int32_t c : e.children) for_each_ref(g, c, mult, fn);
-      break;
-    case ExprKind::kRepeat: for_each_ref(g, e.children[0], sat_mul(mult, repeat_copies(e)), fn); break;
-    default: break;
+  std::vector<std::pair<int32_t, int64_t>> stack{{expr, mult}};
+  while (!stack.empty()) {
+    auto [id, m] = stack.back();
+    stack.pop_back();
+    const Expr& e = g.expr(id);
+    switch (e.kind) {
+      case ExprKind::kRuleRef: fn(e.rule, m); break;
+      case ExprKind::kSeq:
+      case ExprKind::kAlt:
+        for (size_t i = e.children.size(); i-- > 0;) stack.push_back({e.children[i], m});
+        break;
+      case ExprKind::kRepeat: stack.push_back({e.children[0], sat_mul(m, repeat_copies(e))}); break;
+      default: break;
+    }
   }
 }
 
@@ -56,47 +64,68 @@ InlinePlan plan_inlining(const Grammar& g, int budget) {
   }
   InlinePlan plan;
   plan.recursive.assign(n, false);
-  for (size_t r = 0; r < n; ++r) {
-    if (!reachable[r]) continue;
-    std::vector<bool> seen(n, false);
-    std::vector<int32_t> st(callees[r].begin(), callees[r].end());
-    while (!st.empty() && !plan.recursive[r]) {
-      int32_t x = st.back();
-      st.pop_back();
-      if (static_cast<size_t>(x) == r) plan.recursive[r] = true;
-      if (seen[static_cast<size_t>(x)]) continue;
-      seen[static_cast<size_t>(x)] = true;
-      for (int32_t y : callees[static_cast<size_t>(x)]) st.push_back(y);
+  // A rule is recursive when it lies on a cycle: a strongly connected component of more
+  // than one rule, or a rule calling itself (Tarjan's algorithm with an explicit stack:
+  // linear in the rules and references).
+  {
+    std::vector<int32_t> index(n, -1), low(n, 0), scc_stack;
+    std::vector<bool> on_stack(n, false);
+    std::vector<std::pair<int32_t, size_t>> frames;  // (rule, next callee)
+    int32_t counter = 0;
+    for (size_t r0 = 0; r0 < n; ++r0) {
+      if (!reachable[r0] || index[r0] >= 0) continue;
+      frames.push_back({static_cast<int32_t>(r0), 0});
+      index[r0] = low[r0] = counter++;
+      scc_stack.push_back(static_cast<int32_t>(r0));
+      on_stack[r0] = true;
+      while (!frames.empty()) {
+        auto& [v, i] = frames.back();
+        const auto vs = static_cast<size_t>(v);
+        if (i < callees[vs].size()) {
+          const auto w = static_cast<size_t>(callees[vs][i++]);
+          if (w == vs) plan.recursive[vs] = true;
+          if (index[w] < 0) {
+            index[w] = low[w] = counter++;
+            scc_stack.push_back(static_cast<int32_t>(w));
+            on_stack[w] = true;
+            frames.push_back({static_cast<int32_t>(w), 0});
+          } else if (on_stack[w]) {
+            low[vs] = std::min(low[vs], index[w]);
+          }
+          continue;
+        }
+        if (low[vs] == index[vs]) {
+          std::vector<int32_t> comp;
+          for (;;) {
+            int32_t w = scc_stack.back();
+            scc_stack.pop_back();
+            on_stack[static_cast<size_t>(w)] = false;
+            comp.push_back(w);
+            if (w == v) break;
+          }
+          if (comp.size() > 1) {
+            for (int32_t w : comp) plan.recursive[static_cast<size_t>(w)] = true;
+          }
+        }
+        const int32_t done_low = low[vs];
+        frames.pop_back();
+        if (!frames.empty()) {
+          auto& parent = low[static_cast<size_t>(frames.back().first)];
+          parent = std::min(parent, done_low);
+        }
+      }
     }
   }
-  // Full expanded size of each rule (non-recursive references expanded), memoised.
-  std::vector<int64_t> size(n, -1);
-  std::function<int64_t(int32_t)> expr_size;
-  std::function<int64_t(int32_t)> rule_size = [&](int32_t r) -> int64_t {
-    auto& s = size[static_cast<size_t>(r)];
-    if (s < 0) s = expr_size(g.rules()[static_cast<size_t>(r)].body);
-    return s;
+  // Rules always compiled: the root, recursive rules, and rules whose full inline expansion
+  // would nest deeper than kMaxInlineDepth (a long chain of rules each using the next): the
+  // NFA builder recurses through inlined references, so a chain is cut into compiled rules
+  // (call edges) instead of growing the stack with the input.
+  std::vector<bool> forced(n, false);
+  auto always_compiled = [&](int32_t r) {
+    return r == g.root() || plan.recursive[static_cast<size_t>(r)] || forced[static_cast<size_t>(r)];
   };
-  expr_size = [&](int32_t id) -> int64_t {
-    const Expr& e = g.expr(id);
-    switch (e.kind) {
-      case ExprKind::kEmpty: return 1;
-      case ExprKind::kLiteral: return static_cast<int64_t>(e.literal.size()) + 1;
-      case ExprKind::kCharClass: return static_cast<int64_t>(e.ranges.size()) * 3 + 2;
-      case ExprKind::kRuleRef:
-        return plan.recursive[static_cast<size_t>(e.rule)] || e.rule == g.root() ? 2 : rule_size(e.rule);
-      case ExprKind::kSeq:
-      case ExprKind::kAlt: {
-        int64_t s = 2;
-        for (int32_t c : e.children) s = sat_add(s, expr_size(c));
-        return s;
-      }
-      case ExprKind::kRepeat: return sat_add(2, sat_mul(expr_size(e.children[0]), repeat_copies(e)));
-    }
-    return 1;
-  };
-  // Copies each non-recursive rule would get, top-down (callers before callees).
-  auto always_compiled = [&](int32_t r) { return r == g.root() || plan.recursive[static_cast<size_t>(r)]; };
+  // Callers before callees over the edges to inlinable rules (they form a DAG: a rule on a
+  // cycle is recursive).
   std::vector<int64_t> indeg(n, 0), copies(n, 0);
   for (size_t r = 0; r < n; ++r) {
     if (!reachable[r]) continue;
@@ -104,7 +133,87 @@ InlinePlan plan_inlining(const Grammar& g, int budget) {
       if (!always_compiled(x)) ++indeg[static_cast<size_t>(x)];
     }
   }
+  std::vector<int32_t> order;
+  {
+    std::vector<int64_t> deg = indeg;
+    for (size_t r = 0; r < n; ++r) {
+      if (reachable[r] && (always_compiled(static_cast<int32_t>(r)) || deg[r] == 0)) order.push_back(static_cast<int32_t>(r));
+    }
+    for (size_t i = 0; i < order.size(); ++i) {
+      for (int32_t x : callees[static_cast<size_t>(order[i])]) {
+        if (!always_compiled(x) && --deg[static_cast<size_t>(x)] == 0) order.push_back(x);
+      }
+    }
+  }
+  // Full expanded size and nesting depth of each rule (references to inlinable rules
+  // expanded), callees first. Expressions are numbered children first, so each rule's
+  // expressions are evaluated in increasing id order without recursion.
+  std::vector<int64_t> size(n, 2), height(n, 1);
+  std::vector<int64_t> esize(g.n_exprs(), -1), edepth(g.n_exprs(), 0);
+  std::vector<int32_t> todo, walk;
+  for (size_t oi = order.size(); oi-- > 0;) {
+    const int32_t r = order[oi];
+    todo.clear();
+    walk.assign(1, g.rules()[static_cast<size_t>(r)].body);
+    while (!walk.empty()) {
+      int32_t id = walk.back();
+      walk.pop_back();
+      if (esize[static_cast<size_t>(id)] != -1) continue;
+      esize[static_cast<size_t>(id)] = -2;  // queued
+      todo.push_back(id);
+      for (int32_t c : g.expr(id).children) walk.push_back(c);
+    }
+    std::sort(todo.begin(), todo.end());
+    for (int32_t id : todo) {
+      const Expr& e = g.expr(id);
+      int64_t sz = 1, dp = 1;
+      switch (e.kind) {
+        case ExprKind::kEmpty: break;
+        case ExprKind::kLiteral: sz = static_cast<int64_t>(e.literal.size()) + 1; break;
+        case ExprKind::kCharClass: sz = static_cast<int64_t>(e.ranges.size()) * 3 + 2; break;
+        case ExprKind::kRuleRef:
+          if (always_compiled(e.rule)) {
+            sz = 2;
+          } else {
+            sz = size[static_cast<size_t>(e.rule)];
+            dp = 1 + height[static_cast<size_t>(e.rule)];
+          }
+          break;
+        case ExprKind::kSeq:
+        case ExprKind::kAlt:
+          sz = 2;
+          for (int32_t c : e.children) {
+            sz = sat_add(sz, esize[static_cast<size_t>(c)]);
+            dp = std::max(dp, 1 + edepth[static_cast<size_t>(c)]);
+          }
+          break;
+        case ExprKind::kRepeat:
+          sz = sat_add(2, sat_mul(esize[static_cast<size_t>(e.children[0])], repeat_copies(e)));
+          dp = 1 + edepth[static_cast<size_t>(e.children[0])];
+          break;
+      }
+      esize[static_cast<size_t>(id)] = sz;
+      edepth[static_cast<size_t>(id)] = dp;
+    }
+    const auto body = static_cast<size_t>(g.rules()[static_cast<size_t>(r)].body);
+    size[static_cast<size_t>(r)] = esize[body];
+    height[static_cast<size_t>(r)] = edepth[body];
+    // Expressions are shared between rules: a value computed before a rule was forced
+    // would be stale, so forcing happens only for rules no computed expression refers to
+    // yet (callers come later in this order, and only callers refer to r).
+    if (!always_compiled(r) && height[static_cast<size_t>(r)] > kMaxInlineDepth) forced[static_cast<size_t>(r)] = true;
+  }
+  auto rule_size = [&](int32_t r) { return size[static_cast<size_t>(r)]; };
+  // Copies each non-recursive rule would get, top-down (callers before callees).
   std::vector<bool> inlined(n, false);
+  // Forced rules leave the inlinable graph: recount the in-degrees without them.
+  std::fill(indeg.begin(), indeg.end(), 0);
+  for (size_t r = 0; r < n; ++r) {
+    if (!reachable[r]) continue;
+    for (int32_t x : callees[r]) {
+      if (!always_compiled(x)) ++indeg[static_cast<size_t>(x)];
+    }
+  }
   std::deque<int32_t> queue;
   for (size_t r = 0; r < n; ++r) {
     if (reachable[r] && (always_compiled(static_cast<int32_t>(r)) || indeg[r] == 0)) queue.push_back(static_cast<int32_t>(r));

@@ -114,6 +114,7 @@ int32_t Grammar::declare_rule(std::string_view name) {
   int32_t id = find_rule(name);
   if (id >= 0) return id;
   rules_.push_back(Rule{std::string(name), -1});
+  rule_index_.emplace(std::string(name), static_cast<int32_t>(rules_.size() - 1));
   return static_cast<int32_t>(rules_.size() - 1);
 }
 
@@ -130,16 +131,30 @@ void Grammar::define_rule(int32_t rule, int32_t body) {
 }
 
 int32_t Grammar::find_rule(std::string_view name) const {
-  for (size_t i = 0; i < rules_.size(); ++i) {
-    if (rules_[i].name == name) return static_cast<int32_t>(i);
-  }
-  return -1;
+  auto it = rule_index_.find(std::string(name));
+  return it == rule_index_.end() ? -1 : it->second;
 }
 
 void Grammar::validate() const {
   if (root_ < 0 || root_ >= static_cast<int32_t>(rules_.size())) throw Error("grammar: no root rule");
   for (const auto& r : rules_) {
     if (r.body < 0) throw Error("grammar: rule '" + r.name + "' is referenced but never defined");
+    if (static_cast<size_t>(r.body) >= exprs_.size()) throw Error("grammar: rule '" + r.name + "' has an invalid body");
+  }
+  // Nesting depth of every expression, children first (their ids are smaller), so no walk
+  // here recurses.
+  std::vector<int32_t> depth(exprs_.size(), 1);
+  for (size_t id = 0; id < exprs_.size(); ++id) {
+    for (int32_t c : exprs_[id].children) {
+      if (c < 0 || static_cast<size_t>(c) >= id) throw Error("grammar: expression " + std::to_string(id) + " has an invalid child");
+      depth[id] = std::max(depth[id], depth[static_cast<size_t>(c)] + 1);
+    }
+  }
+  for (const auto& r : rules_) {
+    if (depth[static_cast<size_t>(r.body)] > kMaxExprDepth) {
+      throw Error("grammar: rule '" + r.name + "' nests expressions deeper than " + std::to_string(kMaxExprDepth) +
+                  " levels (groups, repetitions of repetitions, or a deeply nested schema value); split it into rules");
+    }
   }
 }
 

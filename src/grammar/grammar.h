@@ -22,7 +22,8 @@
 // A rule may be recursive, but not left-recursive (a rule that can reach itself without
 // consuming a byte is a compile error naming it).
 //
-// Invariants: expression ids index exprs(); every RuleRef names an existing rule; CharClass
+// Invariants: expression ids index exprs(); a Seq/Alt/Repeat's children have smaller ids
+// than the expression itself (builders take existing ids); every RuleRef names an existing rule; CharClass
 // ranges are sorted, disjoint, non-adjacent scalar values (negation is resolved when the
 // class is built). Exprs form a DAG (an id may be used in several places).
 // Threading: a Grammar is a value; build it on one thread, then share it read-only.
@@ -31,6 +32,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace deepinfer::grammar {
@@ -42,6 +44,10 @@ struct CodeRange {
 
 inline constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 inline constexpr int32_t kUnbounded = -1;
+// Deepest nesting of one rule body's expression tree (a rule reference counts as one level;
+// inlining a referenced rule is bounded separately by the automaton compiler). The
+// compilers walk expressions recursively, so validate() rejects deeper grammars up front.
+inline constexpr int32_t kMaxExprDepth = 2000;
 
 enum class ExprKind : uint8_t { kEmpty, kLiteral, kCharClass, kRuleRef, kSeq, kAlt, kRepeat };
 
@@ -92,7 +98,8 @@ class Grammar {
   const Expr& expr(int32_t id) const { return exprs_.at(static_cast<size_t>(id)); }
   size_t n_exprs() const { return exprs_.size(); }
 
-  // Throws deepinfer::Error naming the first undefined rule or a missing root.
+  // Throws deepinfer::Error naming the first undefined rule, a missing root, or a rule whose
+  // expression is nested deeper than kMaxExprDepth.
   void validate() const;
   // The grammar in the EBNF syntax above (parse_ebnf(to_ebnf()) gives the same language).
   std::string to_ebnf() const;
@@ -101,6 +108,7 @@ class Grammar {
   int32_t add(Expr e);
   std::vector<Expr> exprs_;
   std::vector<Rule> rules_;
+  std::unordered_map<std::string, int32_t> rule_index_;  // name -> rule id
   int32_t root_ = -1;
   int32_t fresh_ = 0;
 };

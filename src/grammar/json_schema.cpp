@@ -2,9 +2,9 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cmath>
-#include <functional>
 #include <map>
 #include <set>
 
@@ -18,6 +18,57 @@ namespace deepinfer::grammar {
 namespace {
 
 using ojson = nlohmann::ordered_json;
+
+// Numbers whose text the parser rounded: the double's bits -> the text as written.
+using InexactNumbers = std::map<uint64_t, std::string>;
+
+// Deepest nesting of arrays and objects accepted in a schema document: the converter and
+// nlohmann's copies and comparisons recurse over the document.
+constexpr int kMaxDocumentDepth = 512;
+
+std::string too_deep() {
+  return "JSON schema: the document nests arrays/objects deeper than " + std::to_string(kMaxDocumentDepth) + " levels";
+}
+
+// The nesting depth of a parsed document (an explicit stack), for the ojson entry point.
+void check_document_depth(const ojson& doc) {
+  std::vector<std::pair<const ojson*, int>> stack{{&doc, 1}};
+  while (!stack.empty()) {
+    auto [v, d] = stack.back();
+    stack.pop_back();
+    if (!v->is_structured()) continue;
+    if (d > kMaxDocumentDepth) throw Error(too_deep());
+    for (const auto& x : *v) stack.push_back({&x, d + 1});
+  }
+}
+
+// A pass over the text before it is parsed into a document: its depth (stopping at the
+// limit, before any recursive code sees it) and the numbers the parser would round.
+struct PrePass : nlohmann::json_sax<ojson> {
+  InexactNumbers inexact;
+  int depth = 0;
+  bool too_deep = false;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t v, const string_t& text) override {
+    if (!detail::number_text_is_exact(text, v)) inexact.emplace(std::bit_cast<uint64_t>(v), text);
+    return true;
+  }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return open(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { return --depth, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+  bool open() {
+    if (++depth > kMaxDocumentDepth) too_deep = true;
+    return !too_deep;
+  }
+};
 
 // Keywords an enum/const value is checked against (anything else beside enum/const is an error).
 const std::set<std::string> kValueChecks = {"type", "enum", "const", "minimum", "maximum", "exclusiveMinimum",
@@ -38,7 +89,10 @@ std::string json_quoted(const std::string& name) {
 
 class Converter {
  public:
-  Converter(const ojson& root, const JsonSchemaOptions& o) : root_(root), o_(o) { layout_ = detail::make_layout(g_, o); }
+  Converter(const ojson& root, const JsonSchemaOptions& o, const InexactNumbers& inexact)
+      : root_(root), o_(o), inexact_(inexact) {
+    layout_ = detail::make_layout(g_, o);
+  }
 
   Grammar run() {
     int32_t root_rule = g_.declare_rule("root");
@@ -86,10 +140,13 @@ class Converter {
       bool has_base = false;
       for (auto& [k, v] : base.items()) has_base = has_base || is_constraint(k);
       std::vector<int32_t> alts;
+      std::vector<ojson> merged;
       for (size_t i = 0; i < branches.size(); ++i) {
         const std::string p = path + "/" + kw + "/" + std::to_string(i);
-        alts.push_back(has_base ? visit(detail::merge_all_of(ojson::array({base, branches[i]}), p, resolver()), p) : visit(branches[i], p));
+        merged.push_back(has_base ? detail::merge_all_of(ojson::array({base, branches[i]}), p, resolver()) : branches[i]);
+        alts.push_back(visit(merged.back(), p));
       }
+      if (std::string_view(kw) == "oneOf") detail::check_one_of_exclusive(merged, path + "/oneOf", resolver(), o_.strict);
       return g_.alt(alts);
     }
     std::vector<std::string> types = types_of(s, path);
@@ -107,6 +164,7 @@ class Converter {
       } else {
         values = s["enum"];
       }
+      value_path_ = path + (s.contains("const") ? "/const" : "/enum");
       std::vector<int32_t> alts;
       for (const auto& v : values) {
         if ((types.empty() || value_has_type(v, types)) && value_in_bounds(v, s)) alts.push_back(value_expr(v));
@@ -176,10 +234,14 @@ class Converter {
   }
 
   // The bounds of `s` that apply to `v`'s type hold.
-  static bool value_in_bounds(const ojson& v, const ojson& s) {
+  bool value_in_bounds(const ojson& v, const ojson& s) const {
     if (v.is_number()) {
+      check_exact(v, value_path_, "the value");
       const detail::Decimal x = detail::decimal_of(v);
-      auto cmp = [&](const char* k) { return detail::compare_decimal(x, detail::decimal_of(s[k])); };
+      auto cmp = [&](const char* k) {
+        check_exact(s[k], value_path_, std::string("'") + k + "'");
+        return detail::compare_decimal(x, detail::decimal_of(s[k]));
+      };
       auto num = [&](const char* k) { return s.contains(k) && s[k].is_number(); };
       auto flag = [&](const char* k) { return s.contains(k) && s[k].is_boolean() && s[k].get<bool>(); };
       if (num("minimum") && cmp("minimum") < (flag("exclusiveMinimum") ? 1 : 0)) return false;
@@ -218,8 +280,20 @@ class Converter {
     return g_.literal("null");
   }
 
+  // A number the JSON parser could not hold exactly (its text is in inexact_) would be
+  // enforced or written as a different value: an error naming it.
+  void check_exact(const ojson& v, const std::string& where, const std::string& what) const {
+    if (!v.is_number_float()) return;
+    auto it = inexact_.find(std::bit_cast<uint64_t>(v.get<double>()));
+    if (it == inexact_.end()) return;
+    throw Error(at(where) + what + " " + it->second +
+                " cannot be represented exactly (integers are exact up to 64 bits, other numbers are read as doubles; it "
+                "would become " + v.dump() + "); write a value a double or a 64-bit integer holds exactly");
+  }
+
   // ---------------------------------------------------------------- values
   int32_t value_expr(const ojson& v) {
+    check_exact(v, value_path_, "the value");
     if (v.is_object()) {
       std::vector<int32_t> members;
       for (auto& [k, x] : v.items()) members.push_back(g_.seq({g_.literal(json_quoted(k)), layout_.colon, value_expr(x)}));
@@ -254,6 +328,7 @@ class Converter {
       const ojson& v = s[key];
       if (v.is_boolean()) return nullptr;  // draft-4 exclusive flags, read below
       if (!v.is_number()) throw Error(at(path + "/" + key) + "'" + key + "' must be a number");
+      check_exact(v, path + "/" + key, std::string("'") + key + "'");
       return &v;
     };
     if (const ojson* v = bound("minimum")) {
@@ -458,17 +533,26 @@ class Converter {
       trie[cur].terminal = true;
     }
     const int32_t any = g_.star(json_char_class(g_, normalize_ranges({}, true)));
-    std::function<int32_t(size_t)> build = [&](size_t node) -> int32_t {
+    // Children are created after their parent: build from the last node back (no recursion
+    // over the length of a name). Every 64 levels a node becomes a rule, so a long name does
+    // not nest one expression deeper than the grammar allows.
+    std::vector<int32_t> built(trie.size(), -1);
+    std::vector<int32_t> level(trie.size(), 0);
+    for (size_t node = 0; node < trie.size(); ++node) {
+      for (auto& [cp, child] : trie[node].kids) level[child] = level[node] + 1;
+    }
+    for (size_t node = trie.size(); node-- > 0;) {
       std::vector<int32_t> alts;
       if (!trie[node].terminal) alts.push_back(g_.empty());
       std::vector<CodeRange> kids;
       for (auto& [cp, child] : trie[node].kids) kids.push_back({cp, cp});
       auto others = normalize_ranges(kids, true);
       if (!others.empty()) alts.push_back(g_.seq({json_char_class(g_, others), any}));
-      for (auto& [cp, child] : trie[node].kids) alts.push_back(g_.seq({json_char_class(g_, {{cp, cp}}), build(child)}));
-      return g_.alt(alts);
-    };
-    return build(0);
+      for (auto& [cp, child] : trie[node].kids) alts.push_back(g_.seq({json_char_class(g_, {{cp, cp}}), built[child]}));
+      int32_t e = g_.alt(alts);
+      built[node] = (level[node] > 0 && level[node] % 64 == 0) ? as_rule("key", e) : e;
+    }
+    return built[0];
   }
 
   // ---------------------------------------------------------------- $ref and allOf
@@ -530,24 +614,32 @@ class Converter {
   JsonSchemaOptions o_;
   detail::JsonLayout layout_;
   std::map<std::string, int32_t> ref_rules_;
+  const InexactNumbers& inexact_;
+  std::string value_path_;  // the const/enum being converted (for errors)
   int depth_ = 0;
 };
 
 }  // namespace
 
 Grammar json_schema_to_grammar(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts) {
-  Converter c(schema, opts);
+  check_document_depth(schema);
+  const InexactNumbers none;
+  Converter c(schema, opts, none);
   return c.run();
 }
 
 Grammar json_schema_to_grammar(std::string_view schema_text, const JsonSchemaOptions& opts) {
   nlohmann::ordered_json schema;
+  PrePass pre;
+  (void)nlohmann::ordered_json::sax_parse(schema_text, &pre, nlohmann::json::input_format_t::json, false);
+  if (pre.too_deep) throw Error(too_deep());
   try {
     schema = nlohmann::ordered_json::parse(schema_text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("JSON schema: not valid JSON: ") + e.what());
   }
-  return json_schema_to_grammar(schema, opts);
+  Converter c(schema, opts, pre.inexact);
+  return c.run();
 }
 
 }  // namespace deepinfer::grammar

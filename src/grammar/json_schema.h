@@ -3,13 +3,14 @@
 // Purpose: the `json_schema` and `json_object` structured-output kinds. Supported: type
 // (one or a list), properties (generated in the schema's order), required,
 // additionalProperties (false / true / a schema), items, prefixItems (and draft-7 tuple
-// `items` with additionalItems), minItems / maxItems, enum, const, anyOf, oneOf (as anyOf:
-// its branches must exclude each other, e.g. by a const discriminator), allOf (merged:
+// `items` with additionalItems), minItems / maxItems, enum, const, anyOf, oneOf (generated as anyOf, so accepted only
+// where the branches provably exclude each other; see json_schema_oneof.cpp), allOf (merged:
 // types intersect, properties and required unite, bounds tighten), $ref into the document
 // ("#", "#/$defs/x", "#/definitions/x", any JSON pointer) including recursion, string
 // minLength / maxLength / pattern (unanchored unless ^ / $, see grammar/regex_parser.h) /
 // format (date, time, date-time, email, uuid, ipv4), integer and number minimum / maximum /
-// exclusiveMinimum / exclusiveMaximum (any size: bounds are handled as decimal strings;
+// exclusiveMinimum / exclusiveMaximum (any size: bounds are handled as decimal strings, and a
+// number the JSON parser rounded is an error;
 // bounded numbers are written without exponent). Numbers stay finite doubles in every JSON
 // parser: an integer part without an upper bound has at most 16 digits (or the lower
 // bound's length), fractions at most 16 digits (15 significant digits next to a bound, so
@@ -65,6 +66,10 @@ struct Decimal {
 // A JSON number (integer or float) as an exact decimal of its shortest text form.
 Decimal decimal_of(const nlohmann::ordered_json& number);
 int compare_decimal(const Decimal& a, const Decimal& b);  // -1, 0, 1 (signed values)
+// True when the JSON number text `text` has exactly the value `parsed` (the double the
+// parser made of it); false when the parser rounded it (more digits than a double holds,
+// an integer beyond 64 bits, an exponent out of range).
+bool number_text_is_exact(const std::string& text, double parsed);
 struct NumberBounds {
   const Decimal* lo = nullptr;
   bool lo_exclusive = false;

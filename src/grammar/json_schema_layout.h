@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
@@ -37,5 +38,10 @@ using RefResolver = std::function<const ojson&(const std::string& ref, const std
 // types intersect, properties and required unite (a member's additionalProperties applies
 // to the other members' properties), bounds tighten, enums intersect, anyOf/oneOf distribute.
 ojson merge_all_of(const ojson& members, const std::string& path, const RefResolver& resolve);
+// oneOf is generated as anyOf: throws unless no value one branch generates can be valid
+// against another (types, const/enum values, object discriminators; see
+// json_schema_oneof.cpp). `strict`: a missing additionalProperties generates no extra keys.
+void check_one_of_exclusive(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve,
+                            bool strict);
 
 }  // namespace deepinfer::grammar::detail

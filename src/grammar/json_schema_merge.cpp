@@ -79,10 +79,10 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
       }
     } else if (k == "minItems" || k == "minLength" || k == "minimum" || k == "exclusiveMinimum") {
       if (!x.is_number() || !v.is_number()) fail(k);
-      if (v.get<double>() > x.get<double>()) x = v;
+      if (compare_decimal(decimal_of(v), decimal_of(x)) > 0) x = v;  // exact: no rounding to doubles
     } else if (k == "maxItems" || k == "maxLength" || k == "maximum" || k == "exclusiveMaximum") {
       if (!x.is_number() || !v.is_number()) fail(k);
-      if (v.get<double>() < x.get<double>()) x = v;
+      if (compare_decimal(decimal_of(v), decimal_of(x)) < 0) x = v;
     } else if (k == "enum") {
       ojson out = ojson::array();
       for (const auto& e : x) {

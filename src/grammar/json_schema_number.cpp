@@ -250,15 +250,9 @@ class RangeBuilder {
 
 int compare_decimal(const Decimal& a, const Decimal& b) { return cmp_dec(a, b); }
 
-Decimal decimal_of(const nlohmann::ordered_json& number) {
-  std::string text;
-  if (number.is_number_integer()) {
-    text = number.dump();
-  } else {
-    const double v = number.get<double>();
-    if (!std::isfinite(v)) throw Error("JSON schema: bound is not a finite number");
-    text = number.dump();
-  }
+namespace {
+// A JSON number's text as an exact decimal; false for an exponent too large to expand.
+bool parse_decimal_text(const std::string& text, Decimal* out) {
   Decimal d;
   size_t i = 0;
   if (i < text.size() && text[i] == '-') {
@@ -274,7 +268,16 @@ Decimal decimal_of(const nlohmann::ordered_json& number) {
       mant += text[i];
     }
   }
-  if (i < text.size()) exp = std::stoll(text.substr(i + 1));
+  if (i < text.size()) {
+    size_t j = i + 1;
+    bool neg = false;
+    if (j < text.size() && (text[j] == '+' || text[j] == '-')) neg = text[j++] == '-';
+    for (; j < text.size(); ++j) {
+      exp = exp * 10 + (text[j] - '0');
+      if (exp > 100000) return false;
+    }
+    if (neg) exp = -exp;
+  }
   if (point < 0) point = static_cast<int64_t>(mant.size());
   point += exp;
   if (point < 0) {
@@ -288,7 +291,25 @@ Decimal decimal_of(const nlohmann::ordered_json& number) {
   d.int_digits = nz == std::string::npos ? "0" : d.int_digits.substr(nz);
   while (!d.frac_digits.empty() && d.frac_digits.back() == '0') d.frac_digits.pop_back();
   if (d.is_zero()) d.negative = false;
+  *out = std::move(d);
+  return true;
+}
+}  // namespace
+
+Decimal decimal_of(const nlohmann::ordered_json& number) {
+  if (!number.is_number_integer() && !std::isfinite(number.get<double>())) {
+    throw Error("JSON schema: bound is not a finite number");
+  }
+  Decimal d;
+  DI_CHECK(parse_decimal_text(number.dump(), &d), "a double's shortest form has a small exponent");
   return d;
+}
+
+bool number_text_is_exact(const std::string& text, double parsed) {
+  if (!std::isfinite(parsed)) return true;  // reported as not finite where it is used
+  Decimal written;
+  if (!parse_decimal_text(text, &written)) return false;
+  return compare_decimal(written, decimal_of(nlohmann::ordered_json(parsed))) == 0;
 }
 
 int32_t integer_range_expr(Grammar& g, const NumberBounds& b) {

@@ -27,8 +27,7 @@ void apply_min_tokens_and_penalties(const SampleRequest& r, double* x, PenaltyCo
   // (1) min_tokens: vLLM's MinTokensLogitsProcessor runs before the penalties.
   if (p.min_tokens > 0 && r.output_ids.size() < static_cast<size_t>(p.min_tokens)) {
     for (int32_t t : r.eos_ids) {
-      check_id(t, vocab, "eos");
-      x[t] = kNegInf;
+      if (t >= 0 && t < vocab) x[t] = kNegInf;  // an id outside the row can never be drawn
     }
     for (int32_t t : p.stop_token_ids) {
       check_id(t, vocab, "stop_token_ids");

@@ -64,6 +64,24 @@ seeds["tokenizer"] = [json.dumps({"model": {"type": "BPE", "vocab": {"a": 0, "b"
                                   "post_processor": {"type": "TemplateProcessing",
                                                      "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
                                                      "special_tokens": {"<s>": {"id": "<s>", "ids": [4]}}}})]
+# Deep and wide inputs (within the targets' 4096 bytes): nested schemas, deep values, many
+# properties, chains of rules, nested groups and repetitions.
+nest = "".join('{"type":"object","properties":{"a":' for _ in range(60)) + '{"type":"integer","minimum":1e300}' + "}}" * 60
+seeds["json_schema"] += [
+    nest,
+    '{"const":' + "[" * 1500 + "]" * 1500 + "}",
+    '{"type":"array","items":' * 250 + '{"type":"null"}' + "}" * 250,
+    json.dumps({"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(200)},
+                "required": [f"p{i}" for i in range(0, 200, 2)]}),
+    json.dumps({"properties": {"k" * 1500: {"type": "null"}}, "additionalProperties": {"type": "integer"}}),
+    json.dumps({"oneOf": [{"type": "object", "properties": {"k": {"const": i}}, "required": ["k"]} for i in range(50)]}),
+    '{"type":"integer","minimum":9007199254740993,"maximum":18446744073709551617}',
+    '{"allOf":[{"maximum":9007199254740993},{"maximum":9007199254740992.0}],"type":"integer"}',
+]
+seeds["regex"] += ["(" * 200 + "a" + ")" * 200, "(a|" * 150 + "b" + ")" * 150, "a{1,3}" * 300]
+seeds["ebnf"] += ["".join(f'r{i} ::= "x" r{i + 1}\n' for i in range(250)) + 'r250 ::= "y"\nroot ::= r0\n',
+                  'root ::= "a"' + "?" * 3000, "root ::= " + "(" * 250 + '"a"' + ")" * 250,
+                  "".join(f"a{i} ::= a{i + 1} | [0-9]\n" for i in range(300)) + 'a300 ::= "e"\nroot ::= a0\n']
 for k, items in seeds.items():
     d = os.path.join(out, "seeds", k)
     os.makedirs(d, exist_ok=True)

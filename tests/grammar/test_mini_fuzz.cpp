@@ -14,6 +14,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/regex_parser.h"
 #include "grammar_test_util.h"
+#include "json_validator.h"
 
 using namespace deepinfer;
 using namespace deepinfer::grammar;
@@ -173,4 +174,165 @@ TEST(GrammarMiniFuzz, Ebnf) {
   int ok = 0;
   run(pool, 2500, 3, [](const std::string& t) { return parse_ebnf(t); }, &ok);
   EXPECT_GT(ok, 100);
+}
+
+// Deep and wide inputs from a fixed-seed generator: long chains of rules, deep expression
+// and document nesting, many properties, long names, big numbers, random oneOf. Each must
+// compile or fail with deepinfer::Error (no stack overflow, no abort); a schema's finished
+// outputs must validate against it (oneOf exactly once).
+namespace {
+
+std::string deep_ebnf(std::mt19937_64& rng) {
+  const int n = 1 + static_cast<int>(rng() % 1500);
+  std::string t;
+  switch (rng() % 4) {
+    case 0:  // a chain of rules
+      for (int i = 0; i < n; ++i) {
+        const std::string a = "r" + std::to_string(i), b = "r" + std::to_string(i + 1);
+        switch (rng() % 4) {
+          case 0: t += a + " ::= " + b + "\n"; break;
+          case 1: t += a + " ::= \"x\" " + b + "\n"; break;
+          case 2: t += a + " ::= " + b + " | [0-9]\n"; break;
+          default: t += a + " ::= (" + b + " \",\")?\n"; break;
+        }
+      }
+      t += "r" + std::to_string(n) + " ::= \"e\"\nroot ::= r0\n";
+      return t;
+    case 1: return "root ::= \"a\"" + std::string(static_cast<size_t>(n), "?*+"[rng() % 3]) + "\n";
+    case 2: return "root ::= " + std::string(static_cast<size_t>(n % 400), '(') + "\"a\"" + std::string(static_cast<size_t>(n % 400), ')') + "\n";
+    default: {
+      t = "root ::= ";
+      for (int i = 0; i < n; ++i) t += "\"" + std::to_string(i % 10) + "\" | ";
+      return t + "\"z\"\n";
+    }
+  }
+}
+
+nlohmann::ordered_json deep_schema(std::mt19937_64& rng, bool* exact_numbers) {
+  using oj = nlohmann::ordered_json;
+  const int n = 1 + static_cast<int>(rng() % 400);
+  switch (rng() % 7) {
+    case 0: {  // nested objects / arrays / anyOf
+      oj s = {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}};
+      for (int i = 0; i < n % 260; ++i) {
+        switch (rng() % 3) {
+          case 0: s = {{"type", "object"}, {"properties", {{"a", s}}}, {"required", {"a"}}}; break;
+          case 1: s = {{"type", "array"}, {"items", s}, {"maxItems", 2}}; break;
+          default: s = {{"anyOf", {s, {{"type", "null"}}}}}; break;
+        }
+      }
+      return s;
+    }
+    case 1: {  // many properties
+      oj s = {{"type", "object"}, {"properties", oj::object()}, {"required", oj::array()}};
+      for (int i = 0; i < n * 4; ++i) {
+        s["properties"]["p" + std::to_string(i)] = {{"type", rng() % 2 ? "integer" : "boolean"}};
+        if (rng() % 2) s["required"].push_back("p" + std::to_string(i));
+      }
+      if (rng() % 2) s["additionalProperties"] = false;
+      return s;
+    }
+    case 2:  // a long property name next to additional properties
+      return {{"type", "object"}, {"properties", {{std::string(static_cast<size_t>(n), 'k'), {{"type", "null"}}}}}, {"additionalProperties", true}};
+    case 3: {  // a deep const value
+      oj v = 1;
+      for (int i = 0; i < n; ++i) v = rng() % 2 ? oj::array({v}) : oj{{"k", v}};
+      return {{"const", v}};
+    }
+    case 4: {  // big numbers
+      *exact_numbers = false;
+      auto digits = [&](int len) {
+        std::string d(1, static_cast<char>('1' + rng() % 9));
+        for (int i = 1; i < len; ++i) d += static_cast<char>('0' + rng() % 10);
+        return d;
+      };
+      const std::string lo = digits(1 + static_cast<int>(rng() % 30)), hi = digits(1 + static_cast<int>(rng() % 30));
+      return oj::parse("{\"type\":\"integer\",\"minimum\":" + lo + ",\"maximum\":" + hi + "}");
+    }
+    case 5: {  // oneOf: random branches, exclusive or not
+      oj branches = oj::array();
+      const char* types[] = {"integer", "number", "string", "null", "boolean", "object", "array"};
+      for (int i = 0; i < 2 + n % 5; ++i) {
+        switch (rng() % 4) {
+          case 0: branches.push_back({{"type", types[rng() % 7]}}); break;
+          case 1: branches.push_back({{"const", static_cast<int>(rng() % 4)}}); break;
+          case 2: branches.push_back({{"enum", {static_cast<int>(rng() % 4), "a"}}}); break;
+          default:
+            branches.push_back({{"type", "object"}, {"properties", {{"k", {{"const", static_cast<int>(rng() % 4)}}}}},
+                                {"required", {"k"}}});
+        }
+      }
+      return {{"oneOf", branches}};
+    }
+    default: {  // a chain of $refs
+      oj defs = oj::object();
+      for (int i = 0; i < n; ++i) defs["d" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
+      defs["d" + std::to_string(n)] = {{"type", "boolean"}};
+      return {{"$ref", "#/$defs/d0"}, {"$defs", defs}};
+    }
+  }
+}
+
+std::string deep_regex(std::mt19937_64& rng) {
+  const auto n = static_cast<size_t>(1 + rng() % 400);
+  switch (rng() % 3) {
+    case 0: return std::string(n, '(') + "a" + std::string(n, ')');
+    case 1: {
+      std::string r;
+      for (size_t i = 0; i < n; ++i) r += "(b|";
+      return r + "c" + std::string(n, ')');
+    }
+    default: {
+      std::string r;
+      for (size_t i = 0; i < n; ++i) r += "[a-f]{1,2}";
+      return r;
+    }
+  }
+}
+
+template <class F>
+void deep_case(const char* what, const std::string& input, F&& make, std::mt19937_64& rng, int* ok,
+               const nlohmann::ordered_json* schema = nullptr) {
+  try {
+    Grammar g = make();
+    CompileOptions o;
+    o.precompute = false;
+    auto cg = CompiledGrammar::compile(g, byte_vocab(), o);
+    ++*ok;
+    for (int w = 0; w < 3; ++w) {
+      bool finished = false;
+      const std::string out = random_walk(cg, rng, 200, nullptr, &finished);
+      if (!finished || !schema) continue;
+      EXPECT_EQ(validate_json(*schema, nlohmann::ordered_json::parse(out)), "") << what << ": " << input.substr(0, 300) << " -> " << out.substr(0, 300);
+    }
+  } catch (const Error&) {
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": non-Error exception " << e.what() << " for input: " << input.substr(0, 300);
+  }
+}
+
+}  // namespace
+
+TEST(GrammarMiniFuzz, DeepAndWide) {
+  std::mt19937_64 rng(2026);
+  int ok_ebnf = 0, ok_schema = 0, ok_regex = 0;
+  for (int i = 0; i < 80; ++i) {
+    const std::string text = deep_ebnf(rng);
+    deep_case("ebnf", text, [&] { return parse_ebnf(text); }, rng, &ok_ebnf);
+  }
+  for (int i = 0; i < 150; ++i) {
+    bool exact = true;
+    const nlohmann::ordered_json s = deep_schema(rng, &exact);
+    const std::string text = s.dump();
+    JsonSchemaOptions o;
+    o.any_whitespace = false;
+    deep_case("schema", text, [&] { return json_schema_to_grammar(text, o); }, rng, &ok_schema, exact ? &s : nullptr);
+  }
+  for (int i = 0; i < 80; ++i) {
+    const std::string text = deep_regex(rng);
+    deep_case("regex", text, [&] { return regex_to_grammar(text); }, rng, &ok_regex);
+  }
+  EXPECT_GT(ok_ebnf, 20);
+  EXPECT_GT(ok_schema, 40);
+  EXPECT_GT(ok_regex, 20);
 }

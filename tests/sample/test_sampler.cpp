@@ -96,6 +96,19 @@ TEST(SamplerGreedy, MinTokensBlocksEos) {
   EXPECT_EQ(s.sample(r).token, 3);
 }
 
+TEST(SamplerGreedy, MinTokensSkipsEosIdsOutsideTheRow) {
+  // An EOS id the row does not have (a config naming an id beyond the vocabulary) cannot be
+  // drawn: holding it back is a no-op, not a failed internal check.
+  Sampler s;
+  SamplingParams p = greedy();
+  p.min_tokens = 2;
+  const std::vector<float> l = {0.5f, 1.0f, 0.2f, 9.0f};
+  const std::vector<int32_t> eos = {3, 4, 100000, -1};
+  SampleRequest r = request(l, p);
+  r.eos_ids = eos;
+  EXPECT_EQ(s.sample(r).token, 1);
+}
+
 TEST(SamplerGreedy, MinTokensBlocksStopTokenIds) {
   Sampler s;
   SamplingParams p = greedy();

@@ -1,0 +1,136 @@
+// States a request can reach that used to abort the process (internal checks) now fail that
+// request alone with a clear message while the rest of the batch completes: a NaN in the
+// logits (with and without a grammar), an EOS id outside the vocabulary with min_tokens, a
+// tokenizer larger than the model's vocabulary under a grammar.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <unistd.h>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/llm.h"
+#include "engine/random_model.h"
+
+using namespace deepinfer;
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "/request_errors_" + name + "_" + std::to_string(::getpid());
+  fs::create_directories(d);
+  return d;
+}
+
+// The fixture checkpoint with the embedding row of `token` set to NaN: only sequences that
+// contain the token get NaN hidden states and logits.
+std::string nan_checkpoint(int32_t token) {
+  const std::string d = temp_dir("nan");
+  for (const auto& e : fs::directory_iterator(testing_util::fixture("full"))) {
+    if (e.is_regular_file()) fs::copy_file(e.path(), d + "/" + e.path().filename().string(), fs::copy_options::overwrite_existing);
+  }
+  std::fstream f(d + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  const auto h = nlohmann::json::parse(header);
+  const auto& t = h.at("model.embed.weight");
+  EXPECT_EQ(t.at("dtype"), "F32");
+  const int64_t cols = t.at("shape")[1].get<int64_t>();
+  const int64_t begin = t.at("data_offsets")[0].get<int64_t>();
+  const uint32_t nan_bits = 0x7FC00000u;
+  f.seekp(static_cast<std::streamoff>(8 + n + static_cast<uint64_t>(begin) + static_cast<uint64_t>(token * cols) * 4));
+  for (int64_t c = 0; c < cols; ++c) f.write(reinterpret_cast<const char*>(&nan_bits), 4);
+  return d;
+}
+
+// The random-weight test model with config.json changed by `edit`.
+std::string random_model_with(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+  const std::string d = temp_dir(name);
+  const std::string src = testing_util::random_model_dir();
+  nlohmann::json c = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+  edit(c);
+  std::ofstream(d + "/config.json") << c.dump(2);
+  fs::copy_file(src + "/tokenizer.json", d + "/tokenizer.json", fs::copy_options::overwrite_existing);
+  return d;
+}
+
+StructuredOutput regex(const std::string& pattern) { return StructuredOutput{StructuredOutput::Kind::kRegex, pattern, false}; }
+
+}  // namespace
+
+TEST(EngineRequestErrors, NanLogitsFailTheirRequestOnly) {
+  constexpr int32_t kPoison = 7;
+  EngineConfig cfg;
+  cfg.model = nan_checkpoint(kPoison);
+  cfg.threads = 2;
+  LLM llm(cfg);
+  SamplingParams grammar;
+  grammar.max_tokens = 8;
+  grammar.temperature = 1.0f;
+  grammar.structured_output = regex("[a-z]{1,6}");
+  SamplingParams plain;
+  plain.max_tokens = 4;
+  plain.n = 2;
+  plain.temperature = 1.0f;
+  plain.repetition_penalty = 1.1f;  // drawn by the sampler (a backend-drawn row returns no logits to check)
+  auto outs = llm.generate({Prompt::from_ids({5, kPoison, 9}), Prompt::from_ids({5, 9}), Prompt::from_ids({kPoison}),
+                            Prompt::from_ids({3, 4})},
+                           {grammar, grammar, plain, plain});
+  ASSERT_EQ(outs.size(), 4u);
+  for (size_t r : {0u, 2u}) {
+    EXPECT_THAT(outs[r].error, HasSubstr("NaN in the logits at step 0")) << r;
+    EXPECT_THAT(outs[r].error, HasSubstr("head.weight")) << r;
+    EXPECT_TRUE(outs[r].finished);
+  }
+  for (size_t r : {1u, 3u}) {
+    EXPECT_EQ(outs[r].error, "") << r;
+    ASSERT_FALSE(outs[r].outputs.empty()) << r;
+    EXPECT_FALSE(outs[r].outputs[0].token_ids.empty()) << r;
+  }
+  EXPECT_EQ(outs[3].outputs.size(), 2u);
+}
+
+TEST(EngineRequestErrors, EosOutsideTheVocabularyWithMinTokens) {
+  EngineConfig cfg = testing_util::random_model_config(5);
+  cfg.model = random_model_with("eos", [](nlohmann::json& c) { c["eos_token_id"] = 5000; });
+  LLM llm(cfg);
+  SamplingParams with_min;
+  with_min.max_tokens = 6;
+  with_min.min_tokens = 3;
+  SamplingParams without;
+  without.max_tokens = 6;
+  auto outs = llm.generate({Prompt::from_ids({5, 9}), Prompt::from_ids({5, 9})}, {with_min, without});
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_THAT(outs[0].error, HasSubstr("min_tokens"));
+  EXPECT_THAT(outs[0].error, HasSubstr("5000"));
+  EXPECT_THAT(outs[0].error, HasSubstr("[0, 1024)"));
+  EXPECT_EQ(outs[1].error, "");
+  ASSERT_EQ(outs[1].outputs.size(), 1u);
+  EXPECT_EQ(outs[1].outputs[0].token_ids.size(), 6u);
+}
+
+TEST(EngineRequestErrors, TokenizerLargerThanTheVocabularyUnderAGrammar) {
+  EngineConfig cfg = testing_util::random_model_config(6);
+  cfg.model = random_model_with("vocab", [](nlohmann::json& c) { c["vocab_size"] = 512; });
+  LLM llm(cfg);
+  SamplingParams grammar;
+  grammar.max_tokens = 6;
+  grammar.structured_output = regex("[0-9]+");
+  SamplingParams plain;
+  plain.max_tokens = 3;
+  auto outs = llm.generate({Prompt::from_ids({5, 9}), Prompt::from_ids({5, 9})}, {grammar, plain});
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_THAT(outs[0].error, HasSubstr("structured_output: the tokenizer has"));
+  EXPECT_THAT(outs[0].error, HasSubstr("vocab_size 512"));
+  EXPECT_EQ(outs[1].error, "");
+  ASSERT_EQ(outs[1].outputs.size(), 1u);
+  EXPECT_EQ(outs[1].outputs[0].token_ids.size(), 3u);
+}
