@@ -14,7 +14,12 @@
 
 namespace deepinfer::api {
 
-// Parses one input line (line_no counts from 1). Never throws: problems set request.error.
+// Longest input line accepted; a longer one becomes an error line ("line N: ... bytes").
+inline constexpr size_t kMaxBatchLineBytes = size_t{64} << 20;
+
+// Parses one input line (line_no counts from 1). Never throws: problems (a line over
+// kMaxBatchLineBytes, JSON nested deeper than kMaxJsonDepth, a wrong type or range) set
+// request.error, naming the field and the value.
 Request parse_batch_line(const std::string& line, size_t line_no);
 // The output line (no trailing newline).
 std::string format_batch_output(const std::string& custom_id, const RequestOutput& out);
