@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/json_input.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer::api {
 
@@ -239,6 +240,10 @@ Request parse_batch_line(const std::string& line, size_t line_no) {
   if (line.size() > kMaxBatchLineBytes) {
     r.error = where + ": " + std::to_string(line.size()) + " bytes, more than the limit of " +
               std::to_string(kMaxBatchLineBytes) + " bytes per line";
+    return r;
+  }
+  if (const size_t at = tokenizer::find_invalid_utf8(line); at != std::string::npos) {
+    r.error = where + ": invalid UTF-8 at byte offset " + std::to_string(at);
     return r;
   }
   // nlohmann parses iteratively, but dump() and copies recurse once per level.
