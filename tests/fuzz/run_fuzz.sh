@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Builds the grammar fuzz targets with clang (libFuzzer + ASan + UBSan) and runs each for a
+# Builds the fuzz targets (grammar front ends; tokenizer encode, run-batch lines, chat encoding) with clang (libFuzzer + ASan + UBSan) and runs each for a
 # bounded time. Usage: tests/fuzz/run_fuzz.sh [SECONDS_PER_TARGET=60] [TARGETS...]
 # Needs clang (apt-get install clang). Crashes are written to build/fuzz/crashes/<target>/
-# and make the script exit non-zero.
+# and make the script exit non-zero. FUZZ_RUNS=N stops each target after N executions.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-60}
 shift || true
-TARGETS=${*:-"ebnf json_schema regex"}
+TARGETS=${*:-"ebnf json_schema regex tokenizer_encode batch_line chat_encoding"}
 OUT=build/fuzz
 mkdir -p "$OUT/obj"
 CXX=${CXX_FUZZ:-clang++}
-FLAGS="-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Isrc -Iinclude"
-SRCS="$(ls src/grammar/*.cpp) $(ls src/tokenizer/*.cpp) src/core/dtype.cpp src/core/npy.cpp src/core/thread_pool.cpp src/core/rng.cpp src/core/numpy_rng.cpp"
+FLAGS="-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Isrc -Iinclude -Itests -DDEEPINFER_TEST_DATA=\"$PWD/tests/data\""
+SRCS="$(ls src/grammar/*.cpp) $(ls src/tokenizer/*.cpp) src/api/batch_file.cpp $(ls src/types/*.cpp) src/core/dtype.cpp src/core/npy.cpp src/core/thread_pool.cpp src/core/rng.cpp src/core/numpy_rng.cpp"
 OBJS=""
 for s in $SRCS; do
   o="$OUT/obj/$(echo "$s" | tr '/' '_').o"
@@ -25,7 +25,7 @@ done
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-seeds = {"json_schema": [], "regex": [], "ebnf": []}
+seeds = {"json_schema": [], "regex": [], "ebnf": [], "tokenizer_encode": [], "batch_line": [], "chat_encoding": []}
 for f in ["schemas_hand.jsonl", "schemas_generated.jsonl", "schemas_invalid.jsonl"]:
     for line in open(os.path.join("tests/data/grammar", f)):
         seeds["json_schema"].append(json.dumps(json.loads(line)["schema"]))
@@ -33,19 +33,29 @@ for line in open("tests/data/grammar/regexes.jsonl"):
     seeds["regex"].append(json.loads(line)["pattern"])
 seeds["ebnf"] = ['root ::= "a" b*\nb ::= [0-9] | "(" root ")"', 'root ::= x{2,5} "\\u00e9" .\nx ::= [^"\\\\]',
                  'root ::= obj\nobj ::= "{" (str ":" val ("," str ":" val)*)? "}"\nstr ::= "\\"" [a-z]* "\\""\nval ::= str | obj | [0-9]+']
+# Input targets: text from the tokenizer corpora, run-batch lines, arbitrary bytes for chats.
+for root, _, files in os.walk("tests/data/tokenizer"):
+    for f in sorted(files)[:20]:
+        data = open(os.path.join(root, f), "rb").read()
+        seeds["tokenizer_encode"] += [data[i:i + 512] for i in range(0, min(len(data), 8192), 512)]
+for line in open("examples/prompts.jsonl", "rb"):
+    seeds["batch_line"].append(line.rstrip(b"\n"))
+seeds["batch_line"] += [b'{"custom_id":"a","body":{"prompt":[1,2],"n":2,"logprobs":true,"top_logprobs":3,"stop":["x"],"seed":5}}',
+                        b'{"custom_id":"b","body":{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object"}}}}}']
+seeds["chat_encoding"] = [bytes(range(i, i + 64)) for i in range(0, 192, 16)]
 for k, items in seeds.items():
     d = os.path.join(out, "seeds", k)
     os.makedirs(d, exist_ok=True)
     for i, s in enumerate(items):
-        open(os.path.join(d, f"seed_{i:04d}"), "w").write(s)
+        open(os.path.join(d, f"seed_{i:04d}"), "wb").write(s if isinstance(s, bytes) else s.encode())
 PY
 status=0
 for t in $TARGETS; do
   $CXX $FLAGS -fsanitize=fuzzer tests/fuzz/fuzz_$t.cpp $OBJS $(pkg-config --libs libpcre2-8 libutf8proc) -o "$OUT/fuzz_$t"
   mkdir -p "$OUT/corpus/$t" "$OUT/crashes/$t"
   echo "== fuzz_$t for ${SECS}s"
-  if ! "$OUT/fuzz_$t" -max_total_time="$SECS" -max_len=4096 -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
-       -dict=tests/fuzz/$t.dict \
+  if ! "$OUT/fuzz_$t" -max_total_time="$SECS" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -max_len=4096 -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+       $( [ -f tests/fuzz/$t.dict ] && echo -dict=tests/fuzz/$t.dict ) \
        -artifact_prefix="$OUT/crashes/$t/" "$OUT/corpus/$t" "$OUT/seeds/$t" 2>&1 | tail -n 12; then
     status=1
   fi
