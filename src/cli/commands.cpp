@@ -171,6 +171,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
     text = f["text"];
     tokenizer::check_utf8(text, "flag --text");
   } else {
+    if (std::filesystem::is_directory(f["file"])) throw Error(f["file"] + ": is a directory, expected a text file");
     std::ifstream in(f["file"], std::ios::binary);
     if (!in) throw Error(f["file"] + ": cannot open");
     std::stringstream ss;

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -218,7 +219,8 @@ int cmd_run_batch(const std::vector<std::string>& args) {
   }
   if (!f.count("input")) throw Error("deepinfer run-batch: --input IN.jsonl is required");
   if (!f.count("output")) throw Error("deepinfer run-batch: --output OUT.jsonl is required");
-  std::ifstream in(f["input"]);
+  if (std::filesystem::is_directory(f["input"])) throw Error(f["input"] + ": is a directory, expected a JSONL file");
+  std::ifstream in(f["input"], std::ios::binary);
   if (!in) throw Error(f["input"] + ": cannot open");
   std::vector<Request> reqs;
   size_t line_no = 0;

@@ -456,4 +456,8 @@ TEST_F(Cli, RunBatchBadLinesFailAloneAndTheRestComplete) {
   EXPECT_THAT(error_of(6), HasSubstr("prompt too long: 4 prompt tokens + max_tokens 2000"));
   EXPECT_THAT(error_of(7), HasSubstr("line 8: 67108914 bytes, more than the limit of 67108864 bytes per line"));
   EXPECT_EQ(lines[7]["custom_id"], "line 8");
+  // An input that is a directory is a clear error, not an I/O exception (status 1).
+  EXPECT_THAT(expect_error("run-batch --model " + quote(model) + " --input " + quote(path("")) + " --output " + quote(path("o.jsonl"))),
+              HasSubstr("is a directory"));
+  EXPECT_THAT(expect_error("tokenize --model " + quote(model) + " --file " + quote(path(""))), HasSubstr("is a directory"));
 }
