@@ -1,6 +1,7 @@
 #include "api/batch_file.h"
 
 #include <cmath>
+#include <istream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -232,6 +233,28 @@ void parse_body(const json& b, Request& r) {
 }
 
 }  // namespace
+
+// Reads one line of at most `limit` bytes (the '\n' dropped). A longer line is consumed up to
+// its end without being kept: *too_long is set and *length holds its size.
+bool read_line_bounded(std::istream& in, std::string& line, size_t limit, bool* too_long, size_t* length) {
+  line.clear();
+  *too_long = false;
+  *length = 0;
+  std::streambuf* sb = in.rdbuf();
+  bool any = false;
+  for (int c = sb->sbumpc(); c != std::char_traits<char>::eof(); c = sb->sbumpc()) {
+    any = true;
+    if (c == '\n') return true;
+    ++*length;
+    if (*length > limit) {
+      if (!*too_long) line.clear(), line.shrink_to_fit();
+      *too_long = true;
+    } else {
+      line.push_back(static_cast<char>(c));
+    }
+  }
+  return any;
+}
 
 Request parse_batch_line(const std::string& line, size_t line_no) {
   Request r;

@@ -3,14 +3,16 @@
 
 #include <algorithm>
 #include <climits>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "api/batch_file.h"
+#include "api/batch_job.h"
+#include "api/batch_output.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
@@ -83,28 +85,6 @@ SamplingParams sampling_params(std::map<std::string, std::string>& f) {
   const std::string err = validate(p);
   if (!err.empty()) throw Error(err);
   return p;
-}
-
-// Reads one line of at most `limit` bytes (the '\n' dropped). A longer line is consumed up to
-// its end without being kept: *too_long is set and *length holds its size.
-bool read_line_bounded(std::istream& in, std::string& line, size_t limit, bool* too_long, size_t* length) {
-  line.clear();
-  *too_long = false;
-  *length = 0;
-  std::streambuf* sb = in.rdbuf();
-  bool any = false;
-  for (int c = sb->sbumpc(); c != std::char_traits<char>::eof(); c = sb->sbumpc()) {
-    any = true;
-    if (c == '\n') return true;
-    ++*length;
-    if (*length > limit) {
-      if (!*too_long) line.clear(), line.shrink_to_fit();
-      *too_long = true;
-    } else {
-      line.push_back(static_cast<char>(c));
-    }
-  }
-  return any;
 }
 
 constexpr const char* kSamplingHelp =
@@ -210,66 +190,77 @@ int cmd_chat(const std::vector<std::string>& args) {
 }
 
 int cmd_run_batch(const std::vector<std::string>& args) {
-  auto f = parse_flags(args, concat(kEngineFlags, {"input", "output", "metrics"}), "run-batch", {"exact-prefill"});
+  auto f = parse_flags(args, concat(kEngineFlags, {"input", "output", "metrics", "resume"}), "run-batch",
+                       {"exact-prefill", "resume"});
   if (f.count("help")) {
-    std::printf("deepinfer run-batch --model DIR --input IN.jsonl --output OUT.jsonl [--exact-prefill] [--metrics FILE]\n"
-                "  One output line per input line, in input order; malformed lines get an error line.\n%s",
+    std::printf("deepinfer run-batch --model DIR --input IN.jsonl --output OUT.jsonl [--resume] [--exact-prefill] [--metrics FILE]\n"
+                "  One output line per input line, in input order, each written as soon as it and every earlier\n"
+                "  line are done; malformed lines get an error line. --resume keeps OUT's complete lines (they must\n"
+                "  be the results of IN's first lines, in order), drops a torn last line, and runs only the rest.\n%s",
                 kSamplingHelp);
     return 0;
   }
   if (!f.count("input")) throw Error("deepinfer run-batch: --input IN.jsonl is required");
   if (!f.count("output")) throw Error("deepinfer run-batch: --output OUT.jsonl is required");
-  if (std::filesystem::is_directory(f["input"])) throw Error(f["input"] + ": is a directory, expected a JSONL file");
-  std::ifstream in(f["input"], std::ios::binary);
-  if (!in) throw Error(f["input"] + ": cannot open");
-  std::vector<Request> reqs;
-  size_t line_no = 0;
-  std::string line;
-  bool too_long = false;
-  size_t length = 0;
-  while (read_line_bounded(in, line, api::kMaxBatchLineBytes + 1, &too_long, &length)) {
-    ++line_no;
-    if (too_long) {  // not kept in memory: an error line of its own
-      Request r;
-      r.request_id = "line " + std::to_string(line_no);
-      r.error = r.request_id + ": " + std::to_string(length) + " bytes, more than the limit of " +
-                std::to_string(api::kMaxBatchLineBytes) + " bytes per line";
-      reqs.push_back(std::move(r));
-      continue;
-    }
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines are not requests
-    reqs.push_back(api::parse_batch_line(line, line_no));
-  }
-  std::ofstream out(f["output"]);
-  if (!out) throw Error(f["output"] + ": cannot open for writing");
   EngineConfig ec = engine_config(f);
-  LLM llm(ec);
-  const bool progress = isatty(STDERR_FILENO) != 0;
-  size_t done = 0;
-  std::vector<std::string> ids;
-  for (const auto& r : reqs) ids.push_back(r.request_id);
-  auto outs = llm.run(std::move(reqs), [&](size_t, const RequestOutput&) {
-    ++done;
-    if (progress) std::fprintf(stderr, "\r[%zu/%zu] requests done", done, ids.size());
-  });
-  if (progress) std::fprintf(stderr, "\n");
-  std::vector<double> ttft;
-  int64_t errors = 0, tok_in = 0, tok_out = 0;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    out << api::format_batch_output(ids[i], outs[i]) << "\n";
-    if (!outs[i].error.empty()) {
-      ++errors;
-      continue;
-    }
-    tok_in += static_cast<int64_t>(outs[i].prompt_token_ids.size());
-    for (const auto& c : outs[i].outputs) tok_out += static_cast<int64_t>(c.token_ids.size());
-    ttft.push_back(outs[i].metrics.first_token_s);
+  api::BatchJobOptions jo;
+  jo.input = f["input"];
+  jo.output = f["output"];
+  jo.resume = f.count("resume") && parse_bool("resume", f["resume"]);
+  jo.engine_seed = ec.seed;
+  // The metrics file is opened (and checked) before the batch runs, and written after it.
+  api::OutputFile metrics_file;
+  if (f.count("metrics")) {
+    const std::string& mp = f["metrics"];
+    for (const std::string& other : {jo.input, jo.output})
+      if (api::same_file(mp, other)) throw Error(mp + ": --metrics is the same file as " + other);
   }
-  out.close();
-  const EngineStats& st = llm.last_stats();
-  nlohmann::json m = {{"requests", outs.size()},
-                      {"errors", errors},
+  std::signal(SIGPIPE, SIG_IGN);  // a closed pipe is a write error (EPIPE), reported as such
+  if (f.count("metrics")) metrics_file.open_truncate(f["metrics"]);
+  api::BatchJob job(jo);
+  for (const auto& note : job.notes()) std::fprintf(stderr, "run-batch: %s\n", note.c_str());
+  const bool progress = isatty(STDERR_FILENO) != 0;
+  const size_t to_run = job.pending();
+  size_t done = 0;
+  std::vector<RequestOutput> outs;
+  EngineStats st;
+  const auto counts_line = [&](const char* prefix, const api::BatchCounts& c) {
+    std::fprintf(stderr, "run-batch: %s%zu lines: %zu written (%zu succeeded, %zu failed), %zu skipped%s%s%s\n", prefix, c.lines,
+                 c.written, c.succeeded, c.failed, c.skipped, jo.resume ? " (already in " : "", jo.resume ? jo.output.c_str() : "",
+                 jo.resume ? ")" : "");
+  };
+  std::unique_ptr<LLM> llm;
+  if (to_run > 0) llm = std::make_unique<LLM>(ec);  // not loaded when --resume finds every line done
+  try {
+    api::BatchHooks hooks;
+    hooks.on_finish = [&](size_t) {
+      ++done;
+      if (progress) std::fprintf(stderr, "\r[%zu/%zu] requests done", done, to_run);
+    };
+    outs = job.run(llm.get(), hooks);
+    if (llm) st = llm->last_stats();
+  } catch (const Error&) {
+    if (progress && done > 0) std::fprintf(stderr, "\n");
+    counts_line("stopped: ", job.counts());
+    throw;
+  }
+  if (progress && done > 0) std::fprintf(stderr, "\n");
+  const api::BatchCounts& c = job.counts();
+  std::vector<double> ttft;
+  int64_t tok_in = 0, tok_out = 0;
+  for (const auto& o : outs) {
+    if (!o.error.empty()) continue;
+    tok_in += static_cast<int64_t>(o.prompt_token_ids.size());
+    for (const auto& comp : o.outputs) tok_out += static_cast<int64_t>(comp.token_ids.size());
+    ttft.push_back(o.metrics.first_token_s);
+  }
+  nlohmann::json m = {{"lines", c.lines},
+                      {"requests", outs.size()},
+                      {"written", c.written},
+                      {"succeeded", c.succeeded},
+                      {"failed", c.failed},
+                      {"skipped", c.skipped},
+                      {"errors", c.failed},
                       {"prompt_tokens", tok_in},
                       {"completion_tokens", tok_out},
                       {"wall_s", st.wall_s},
@@ -284,15 +275,15 @@ int cmd_run_batch(const std::vector<std::string>& args) {
                       {"time_sample_s", st.sample_s},
                       {"time_commit_s", st.commit_s}};
   std::fprintf(stderr,
-               "run-batch: %zu requests (%lld errors), %lld prompt + %lld completion tokens in %.2f s = %.1f + %.1f tokens/s; "
+               "run-batch: %zu requests (%zu errors), %lld prompt + %lld completion tokens in %.2f s = %.1f + %.1f tokens/s; "
                "TTFT p50 %.3f s, p99 %.3f s\n",
-               outs.size(), static_cast<long long>(errors), static_cast<long long>(tok_in), static_cast<long long>(tok_out),
-               st.wall_s, m["prompt_tokens_per_s"].get<double>(), m["completion_tokens_per_s"].get<double>(),
-               percentile(ttft, 0.5), percentile(ttft, 0.99));
-  if (f.count("metrics")) {
-    std::ofstream mf(f["metrics"]);
-    if (!mf) throw Error(f["metrics"] + ": cannot open for writing");
-    mf << m.dump(2) << "\n";
+               outs.size(), c.failed, static_cast<long long>(tok_in), static_cast<long long>(tok_out), st.wall_s,
+               m["prompt_tokens_per_s"].get<double>(), m["completion_tokens_per_s"].get<double>(), percentile(ttft, 0.5),
+               percentile(ttft, 0.99));
+  counts_line("", c);
+  if (metrics_file.is_open()) {
+    metrics_file.write(m.dump(2) + "\n");
+    metrics_file.close();
   }
   return 0;
 }

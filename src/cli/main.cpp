@@ -14,7 +14,7 @@ void usage() {
                "commands:\n"
                "  generate   --model DIR --prompt TEXT [sampling flags]   (streams the completion)\n"
                "  chat       --model DIR [sampling flags] [--thinking]    (interactive)\n"
-               "  run-batch  --model DIR --input IN.jsonl --output OUT.jsonl [--exact-prefill] [--metrics FILE]\n"
+               "  run-batch  --model DIR --input IN.jsonl --output OUT.jsonl [--resume] [--exact-prefill] [--metrics FILE]\n"
                "  logits  --model DIR --tokens IDS.npy [--chunks 13,9,1] [--out LOGITS.npy] [--top K]\n"
                "          [--load-format auto|random] [--seed N] [--threads N]\n"
                "  info    --model DIR\n"

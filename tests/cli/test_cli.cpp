@@ -326,7 +326,100 @@ TEST_F(Cli, RunBatchThousandMixedRequests) {
   auto m = nlohmann::json::parse(slurp(path("m.json")));
   EXPECT_EQ(m["requests"], 1000);
   EXPECT_EQ(m["errors"], 600);  // kinds 3, 4, 5, 6, 7 and 9
+  EXPECT_EQ(m["lines"], 1000);
+  EXPECT_EQ(m["written"], 1000);
+  EXPECT_EQ(m["succeeded"], 400);
+  EXPECT_EQ(m["failed"], 600);
+  EXPECT_EQ(m["skipped"], 0);
   EXPECT_THAT(r.err, HasSubstr("TTFT p50"));
+  EXPECT_THAT(r.err, HasSubstr("run-batch: 1000 lines: 1000 written (400 succeeded, 600 failed), 0 skipped"));
+}
+
+// run-batch's output side: a results or metrics file that cannot be written is an error that
+// names it (status 2), never a silent success.
+TEST_F(Cli, RunBatchOutputFailuresExitTwoNamingTheFile) {
+  const std::string model = std::string(DEEPINFER_TEST_DATA) + "/v41/full";
+  std::ofstream(path("in.jsonl")) << "{\"custom_id\":\"a\",\"body\":{\"prompt\":\"Hi\",\"max_tokens\":2}}\n"
+                                  << "{\"custom_id\":\"b\",\"body\":{\"prompt\":\"x\",\"max_tokns\":2}}\n";
+  const std::string input = slurp(path("in.jsonl"));
+  const std::string base = "run-batch --model " + quote(model) + " --input " + quote(path("in.jsonl"));
+  // The summary says how far it got; the error is the last line.
+  Outcome r = run(base + " --output /dev/full");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::EndsWith("\ndeepinfer: error: /dev/full: write failed: No space left on device\n"));
+  EXPECT_THAT(r.err, HasSubstr("run-batch: stopped: 2 lines: 0 written"));
+  // The results are complete and flushed before the metrics fail.
+  r = run(base + " --output " + quote(path("out.jsonl")) + " --metrics /dev/full");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::EndsWith("\ndeepinfer: error: /dev/full: write failed: No space left on device\n"));
+  std::string err;
+  const std::string results = slurp(path("out.jsonl"));
+  EXPECT_EQ(std::count(results.begin(), results.end(), '\n'), 2);
+  err = expect_error(base + " --output " + quote(path("no/dir/out.jsonl")));
+  EXPECT_THAT(err, HasSubstr(path("no/dir/out.jsonl") + ": cannot open for writing: No such file or directory"));
+  err = expect_error(base + " --output " + quote(path("o2.jsonl")) + " --metrics " + quote(path("no/dir/m.json")));
+  EXPECT_THAT(err, HasSubstr(path("no/dir/m.json") + ": cannot open for writing"));
+  EXPECT_FALSE(fs::exists(path("o2.jsonl"))) << "the metrics file is checked before the results file is touched";
+  err = expect_error(base + " --output " + quote(path("in.jsonl")));
+  EXPECT_THAT(err, HasSubstr("--output is the same file as --input"));
+  err = expect_error(base + " --output " + quote(path("o3.jsonl")) + " --metrics " + quote(path("o3.jsonl")));
+  EXPECT_THAT(err, HasSubstr("--metrics is the same file as"));
+  // Two spellings of a path that does not exist yet: the metrics would overwrite the results.
+  err = expect_error(base + " --output " + quote(path("o4.jsonl")) + " --metrics " + quote(dir_.string() + "/./o4.jsonl"));
+  EXPECT_THAT(err, HasSubstr("--metrics is the same file as"));
+  // A ".." through a missing directory, and a relative path spelled two ways.
+  const Outcome rel = run("run-batch --model " + quote(model) + " --input " + quote(path("in.jsonl")) + " --output " +
+                          quote(path("o5.jsonl")) + " --metrics " + quote(dir_.string() + "/sub/../o5.jsonl"));
+  EXPECT_EQ(rel.code, 2) << rel.err;
+  err = expect_error("run-batch --model " + quote(model) + " --input " + quote(path("in.jsonl")) + " --output o6.jsonl --metrics ./o6.jsonl");
+  EXPECT_THAT(err, HasSubstr("./o6.jsonl: --metrics is the same file as o6.jsonl"));
+  err = expect_error(base + " --output /dev/full --resume");
+  EXPECT_THAT(err, HasSubstr("/dev/full: --resume needs a regular file"));
+  EXPECT_EQ(slurp(path("in.jsonl")), input) << "the input is never written";
+}
+
+// --resume after a crash: complete lines kept, the torn last line cut, only the rest run (the
+// summary counts them), and the file ends as a fresh run's; an output from another input is
+// refused and left as it was.
+TEST_F(Cli, RunBatchResumeAfterACrash) {
+  const std::string model = std::string(DEEPINFER_TEST_DATA) + "/v41/full";
+  std::ofstream in(path("in.jsonl"));
+  for (int i = 0; i < 8; ++i) {
+    if (i == 5) in << "{\"custom_id\":\"r5\",\"body\":{\"prompt\":\"x\",\"top_p\":7}}\n";
+    else in << "{\"custom_id\":\"r" << i << "\",\"body\":{\"prompt\":\"Text " << i << "\",\"max_tokens\":" << 2 + i % 3 << ",\"temperature\":0.9}}\n";
+  }
+  in.close();
+  const std::string base = "run-batch --model " + quote(model) + " --input " + quote(path("in.jsonl")) + " --output " + quote(path("out.jsonl"));
+  Outcome r = run(base);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string fresh = slurp(path("out.jsonl"));
+  std::vector<size_t> ends;
+  for (size_t i = 0; i < fresh.size(); ++i)
+    if (fresh[i] == '\n') ends.push_back(i + 1);
+  ASSERT_EQ(ends.size(), 8u);
+  // Three complete lines and 20 bytes of the fourth.
+  std::ofstream(path("out.jsonl"), std::ios::binary) << fresh.substr(0, ends[2] + 20);
+  r = run(base + " --resume --metrics " + quote(path("m.json")));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(slurp(path("out.jsonl")), fresh);
+  EXPECT_THAT(r.err, HasSubstr("dropped a torn last line (20 bytes)"));
+  EXPECT_THAT(r.err, HasSubstr("run-batch: 8 lines: 5 written (4 succeeded, 1 failed), 3 skipped"));
+  auto m = nlohmann::json::parse(slurp(path("m.json")));
+  EXPECT_EQ(m["requests"], 5);
+  EXPECT_EQ(m["skipped"], 3);
+  EXPECT_EQ(m["written"], 5);
+  EXPECT_EQ(m["failed"], 1);
+  // Nothing left to run: no request runs, the file is unchanged.
+  r = run(base + " --resume");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("8 lines: 0 written (0 succeeded, 0 failed), 8 skipped"));
+  EXPECT_EQ(slurp(path("out.jsonl")), fresh);
+  // Lines of another input: refused, file untouched.
+  const std::string other = fresh.substr(ends[0], ends[1] - ends[0]);
+  std::ofstream(path("out.jsonl"), std::ios::binary) << other;
+  const std::string err = expect_error(base + " --resume");
+  EXPECT_THAT(err, HasSubstr(path("out.jsonl") + ": line 1: custom_id \"r1\" does not match request 1"));
+  EXPECT_EQ(slurp(path("out.jsonl")), other);
 }
 
 TEST_F(Cli, QuantizeWritesARunnableReleaseCheckpoint) {
@@ -458,6 +551,6 @@ TEST_F(Cli, RunBatchBadLinesFailAloneAndTheRestComplete) {
   EXPECT_EQ(lines[7]["custom_id"], "line 8");
   // An input that is a directory is a clear error, not an I/O exception (status 1).
   EXPECT_THAT(expect_error("run-batch --model " + quote(model) + " --input " + quote(path("")) + " --output " + quote(path("o.jsonl"))),
-              HasSubstr("is a directory"));
+              HasSubstr("Is a directory"));
   EXPECT_THAT(expect_error("tokenize --model " + quote(model) + " --file " + quote(path(""))), HasSubstr("is a directory"));
 }

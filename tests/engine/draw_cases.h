@@ -1,5 +1,5 @@
 // Rows and sampling params for the backend-draw tests (test_backend_draw.cpp on the CPU,
-// test_cuda_parity.cpp on the GPU): peaked, flat, tied and non-finite rows under a grid of
+// test_cuda_sample.cpp on the GPU): peaked, flat, tied and non-finite rows under a grid of
 // temperature / top-k / top-p / min-p, each with its own seeded uniform.
 #pragma once
 

@@ -134,7 +134,11 @@ inline nlohmann::ordered_json messages_from_bytes(const uint8_t* data, size_t si
       case 4: {
         Json deep = text();
         const int levels = in.byte() % 2 ? 3 : 200;
-        for (int k = 0; k < levels; ++k) deep = Json::array({deep});
+        for (int k = 0; k < levels; ++k) {  // moved, not copied: linear in the depth
+          Json wrap = Json::array();
+          wrap.push_back(std::move(deep));
+          deep = std::move(wrap);
+        }
         j["content"] = deep;
         break;
       }

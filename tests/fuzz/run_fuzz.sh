@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets (grammar front ends; tokenizer encode, run-batch lines, chat encoding) with clang (libFuzzer + ASan + UBSan) and runs each for a
-# bounded time. Usage: tests/fuzz/run_fuzz.sh [SECONDS_PER_TARGET=60] [TARGETS...]
+# Builds the fuzz targets with clang (libFuzzer + ASan + UBSan): the grammar front ends,
+# run-batch's --resume reader (resume), and the inputs users send (tokenizer_encode, batch_line,
+# chat_encoding); runs each for a bounded time. Usage: tests/fuzz/run_fuzz.sh [SECONDS_PER_TARGET=60] [TARGETS...]
 # Needs clang (apt-get install clang). Crashes are written to build/fuzz/crashes/<target>/
 # and make the script exit non-zero. FUZZ_RUNS=N stops each target after N executions.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-60}
 shift || true
-TARGETS=${*:-"ebnf json_schema regex tokenizer_encode batch_line chat_encoding"}
+TARGETS=${*:-"ebnf json_schema regex resume tokenizer_encode batch_line chat_encoding"}
 OUT=build/fuzz
 mkdir -p "$OUT/obj"
 CXX=${CXX_FUZZ:-clang++}
 FLAGS="-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Isrc -Iinclude -Itests -DDEEPINFER_TEST_DATA=\"$PWD/tests/data\""
-SRCS="$(ls src/grammar/*.cpp) $(ls src/tokenizer/*.cpp) src/api/batch_file.cpp $(ls src/types/*.cpp) src/core/dtype.cpp src/core/npy.cpp src/core/thread_pool.cpp src/core/rng.cpp src/core/numpy_rng.cpp"
+SRCS="src/api/batch_output.cpp src/api/batch_file.cpp $(ls src/types/*.cpp) $(ls src/grammar/*.cpp) $(ls src/tokenizer/*.cpp) src/core/dtype.cpp src/core/npy.cpp src/core/thread_pool.cpp src/core/rng.cpp src/core/numpy_rng.cpp"
 OBJS=""
 for s in $SRCS; do
   o="$OUT/obj/$(echo "$s" | tr '/' '_').o"
@@ -25,7 +26,7 @@ done
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-seeds = {"json_schema": [], "regex": [], "ebnf": [], "tokenizer_encode": [], "batch_line": [], "chat_encoding": []}
+seeds = {"json_schema": [], "regex": [], "ebnf": [], "resume": [], "tokenizer_encode": [], "batch_line": [], "chat_encoding": []}
 for f in ["schemas_hand.jsonl", "schemas_generated.jsonl", "schemas_invalid.jsonl"]:
     for line in open(os.path.join("tests/data/grammar", f)):
         seeds["json_schema"].append(json.dumps(json.loads(line)["schema"]))
@@ -33,6 +34,10 @@ for line in open("tests/data/grammar/regexes.jsonl"):
     seeds["regex"].append(json.loads(line)["pattern"])
 seeds["ebnf"] = ['root ::= "a" b*\nb ::= [0-9] | "(" root ")"', 'root ::= x{2,5} "\\u00e9" .\nx ::= [^"\\\\]',
                  'root ::= obj\nobj ::= "{" (str ":" val ("," str ":" val)*)? "}"\nstr ::= "\\"" [a-z]* "\\""\nval ::= str | obj | [0-9]+']
+seeds["resume"] = ['{"custom_id":"r0","response":{"text":"Hi","token_ids":[1,2],"finish_reason":"length","usage":{"prompt_tokens":3,'
+                   '"completion_tokens":2,"total_tokens":5},"choices":[{"index":0,"text":"Hi","token_ids":[1,2],"finish_reason":"length"}]}}\n'
+                   '{"custom_id":"line 2","error":{"message":"malformed JSON on line 2"}}\n{"custom_id":"r2","resp',
+                   '{"custom_id":"a","error":{"message":"m"}}\r\n\n', '']
 # Input targets: text from the tokenizer corpora, run-batch lines, arbitrary bytes for chats.
 for root, _, files in os.walk("tests/data/tokenizer"):
     for f in sorted(files)[:20]:

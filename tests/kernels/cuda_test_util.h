@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/compare.h"
 
 namespace deepinfer::cuda_test {
 
@@ -49,16 +50,7 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0, d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, static_cast<double>(std::fabs(a[i])));
-    double e = std::fabs(static_cast<double>(a[i]) - b[i]);
-    if (std::isnan(a[i]) != std::isnan(b[i])) e = INFINITY;
-    if (!std::isnan(a[i])) d = std::max(d, e);
-  }
-  return m > 0 ? d / m : d;
-}
+using kernel_tests::rel_err;
 
 struct Backends {
   std::unique_ptr<Backend> cpu = make_cpu_backend(0), gpu = make_cuda_backend(0);

@@ -1,6 +1,9 @@
-// CUDA parity at prefill shapes (attention, indexer scores, top-k, candidate blocks at up to
-// 4096 queries) and of the multi-sequence forms (one attention call for several sequences,
-// batched copies and ring reads). Built with DEEPINFER_CUDA=ON only.
+// CUDA tests at prefill shapes that are more than one op's CPU-vs-CUDA comparison (the plain
+// ones, attention on the float32 backend, indexer scores, top-k and candidate blocks at up to
+// 4096 queries, are the op case table's: cases/attention.cpp, indexer.cpp, select.cpp): the bf16
+// backend's tensor-core attention (queries alone giving their rows' bits), and the
+// multi-sequence forms (one attention call for several sequences, the indexer's batched ops,
+// batched copies and ring reads, upload_batch). Built with DEEPINFER_CUDA=ON only.
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 
@@ -23,31 +26,6 @@ using namespace deepinfer::kernels;
 using namespace deepinfer::cuda_test;
 
 namespace {
-
-double finite_rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double m = 0, d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isinf(a[i]) || std::isinf(b[i]) || std::isnan(a[i]) || std::isnan(b[i])) {
-      if (!(a[i] == b[i])) return INFINITY;
-      continue;
-    }
-    m = std::max(m, static_cast<double>(std::fabs(a[i])));
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return m > 0 ? d / m : d;
-}
-
-// Byte-for-byte equality of two selections [rows, n]; names the first difference.
-::testing::AssertionResult same_selection(const std::vector<uint8_t>& cpu, const std::vector<uint8_t>& gpu, int64_t n) {
-  if (cpu.size() != gpu.size()) return ::testing::AssertionFailure() << "sizes " << cpu.size() << " vs " << gpu.size();
-  size_t diffs = 0, first = 0;
-  for (size_t i = 0; i < cpu.size(); ++i)
-    if (cpu[i] != gpu[i] && diffs++ == 0) first = i;
-  if (!diffs) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << diffs << " differences, first at row " << first / static_cast<size_t>(n) << " col "
-                                       << first % static_cast<size_t>(n) << ": cpu " << int{cpu[first]} << " gpu " << int{gpu[first]};
-}
 
 // One attention call on both backends. Queries at positions p0 .. p0+S-1 (query 0 moved before
 // every entry when `blind_first`); window entries: `cached` before the chunk plus the chunk's
@@ -120,24 +98,6 @@ void check_attention(Backends& b, int64_t S, int64_t H, int64_t hd, int64_t wind
   }
 }
 
-TEST(CudaPrefill, AttentionReleasedShapes) {
-  Backends b;
-  // 64 heads x 512, window 128, 512 of 2048 compressed entries selected per query.
-  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 (17 segments)");
-  check_attention(b, 300, 64, 512, 128, 127, 50, 2048, 512, false, 108, "S=300 64x512 (17 segments)");
-  check_attention(b, 8, 64, 512, 128, 127, 50, 2048, 512, true, 101, "S=8 64x512 (split over the entries)");
-  check_attention(b, 1, 64, 512, 128, 127, 0, 2048, 512, false, 102, "S=1 64x512 (split)");
-  check_attention(b, 200, 64, 512, 128, 127, 9, 0, 0, false, 103, "S=200 64x512 window only");
-  check_attention(b, 8, 64, 512, 128, 40, 3, 700, 700, true, 104, "S=8 64x512 short cache, all selected");
-  check_attention(b, 3, 64, 512, 4096, 4000, 0, 300, 120, false, 105, "S=3 64x512 window 4096 (split)");
-  check_attention(b, 280, 8, 512, 4096, 4000, 0, 300, 120, false, 106, "S=280 8x512 window 4096 (35 segments)");
-  check_attention(b, 300, 4, 32, 4096, 4000, 0, 300, 120, false, 107, "S=300 4x32 window 4096 (35 segments)");
-  // The selection bound sizes the launch (5 segments instead of 17 here); a bound below the
-  // truth (8 of 512) makes the last segment take every entry left, never drops any.
-  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 512", nullptr, 512);
-  check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 8 (wrong)", nullptr, 8);
-}
-
 TEST(CudaPrefill, AttentionOnTheTensorCores) {
   // The bf16 backend's mma kernel at the released shape and the others it covers (head_dim 64,
   // 128, 256, 512; any head count: 64 per CTA, the rest padded).
@@ -159,128 +119,6 @@ TEST(CudaPrefill, AttentionOnTheTensorCores) {
   check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 512 (folded)", bf16.get(), 512);
   check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 max_selected 8 (wrong)", bf16.get(), 8);
   check_attention(b, 96, 64, 512, 128, 127, 50, 2048, 512, false, 100, "S=96 64x512 float32 inputs", bf16.get(), 512, false);
-}
-
-TEST(CudaPrefill, AttentionOtherShapes) {
-  Backends b;
-  struct Shape { int64_t H, hd; };
-  for (Shape sh : {Shape{4, 32}, Shape{40, 128}, Shape{8, 64}, Shape{33, 256}, Shape{3, 96}}) {
-    for (int64_t S : {int64_t{3}, int64_t{140}}) {
-      const std::string what = "S=" + std::to_string(S) + " " + std::to_string(sh.H) + "x" + std::to_string(sh.hd);
-      check_attention(b, S, sh.H, sh.hd, 16, 20, 5, 200, 30, S == 3, 200 + static_cast<uint32_t>(sh.hd + S), what);
-    }
-  }
-}
-
-void check_indexer(Backends& b, int64_t S, int64_t T, int64_t H, int64_t dim, int64_t ratio, bool decreasing, uint32_t seed) {
-  auto q = randn(static_cast<size_t>(S * H * dim), seed), k = randn(static_cast<size_t>(T * dim), seed + 1),
-       w = randn(static_cast<size_t>(S * H), seed + 2, 0.3f);
-  std::vector<int64_t> pos(static_cast<size_t>(S));
-  std::mt19937 g(seed + 3);
-  std::uniform_int_distribution<int64_t> pick(0, T * ratio + 20);
-  for (int64_t i = 0; i < S; ++i) pos[static_cast<size_t>(i)] = decreasing ? std::max<int64_t>(0, T * ratio - 1 - 16 * i) : pick(g);
-  std::vector<float> cpu(static_cast<size_t>(S * T));
-  b.cpu->indexer_scores({.q = q.data(), .k = k.data(), .w = w.data(), .q_pos = pos.data(), .scores = cpu.data(), .s = S, .heads = H,
-                         .dim = dim, .t = T, .ratio = ratio, .score_scale = 0.088f});
-  Dev<float> dq(q), dk(k), dw(w), dsc(std::vector<float>(cpu.size(), NAN));
-  Dev<int64_t> dpos(pos);
-  b.gpu->indexer_scores({.q = dq.p, .k = dk.p, .w = dw.p, .q_pos = dpos.p, .scores = dsc.p, .s = S, .heads = H, .dim = dim, .t = T,
-                         .ratio = ratio, .score_scale = 0.088f});
-  b.gpu->synchronize();
-  const double e = finite_rel_err(cpu, dsc.get());
-  EXPECT_LT(e, 1e-5) << "indexer S=" << S << " T=" << T << " heads " << H << " dim " << dim;
-  std::printf("indexer S=%lld T=%lld heads %lld dim %lld ratio %lld: rel err %.2e\n", static_cast<long long>(S), static_cast<long long>(T),
-              static_cast<long long>(H), static_cast<long long>(dim), static_cast<long long>(ratio), e);
-}
-
-TEST(CudaPrefill, IndexerScores) {
-  Backends b;
-  check_indexer(b, 512, 2048, 32, 128, 4, true, 300);   // released dims, causal mask over whole tiles
-  check_indexer(b, 77, 333, 32, 128, 1, false, 310);    // ragged tiles
-  check_indexer(b, 37, 300, 8, 32, 2, false, 320);      // fixture dims
-  check_indexer(b, 9, 130, 64, 68, 1, false, 330);      // dim not a multiple of the 32-wide chunk
-  check_indexer(b, 11, 50, 5, 12, 1, false, 340);       // heads not dividing 128: the fallback
-}
-
-// Scores with many exact ties (a few distinct values), ±0, -inf; per-row patterns: all -inf,
-// fewer finite than k, all distinct, all equal.
-std::vector<float> tie_scores(int64_t rows, int64_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> nd;
-  std::uniform_real_distribution<float> u;
-  std::vector<float> v(static_cast<size_t>(rows * n));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < n; ++j) {
-      float& x = v[static_cast<size_t>(r * n + j)];
-      const float z = nd(g), c = u(g);
-      switch (r % 7) {
-        case 0: x = -INFINITY; break;
-        case 1: x = c < 0.05f ? std::round(z * 2) / 2 : -INFINITY; break;
-        case 2: x = z; break;
-        case 3: x = 0.75f; break;
-        default:
-          x = c < 0.2f ? -INFINITY : c < 0.25f ? (c < 0.225f ? -0.0f : 0.0f) : std::round(z * 3) / 4;
-          if (c > 0.999f) x = INFINITY;
-      }
-    }
-  return v;
-}
-
-void check_topk(Backends& b, int64_t rows, int64_t n, int64_t k, bool restrict, uint32_t seed) {
-  const auto sc = tie_scores(rows, n, seed);
-  std::vector<uint8_t> rs = random_bytes(static_cast<size_t>(rows * n), seed + 1, 0, 4);
-  for (auto& x : rs) x = x != 0;
-  std::vector<uint8_t> cpu(sc.size());
-  b.cpu->topk_mask({.scores = sc.data(), .restrict_to = restrict ? rs.data() : nullptr, .selected = cpu.data(), .s = rows, .t = n, .k = k});
-  Dev<float> dsc(sc);
-  Dev<uint8_t> drs(rs), dsel(std::vector<uint8_t>(sc.size(), 7));
-  b.gpu->topk_mask({.scores = dsc.p, .restrict_to = restrict ? drs.p : nullptr, .selected = dsel.p, .s = rows, .t = n, .k = k});
-  b.gpu->synchronize();
-  EXPECT_TRUE(same_selection(cpu, dsel.get(), n)) << "topk rows " << rows << " n " << n << " k " << k << " restrict " << restrict;
-}
-
-TEST(CudaPrefill, TopkMask) {
-  Backends b;
-  check_topk(b, 4096, 2048, 512, false, 400);
-  check_topk(b, 4096, 2048, 512, true, 410);
-  check_topk(b, 70, 2048, 2048, true, 420);  // k = n
-  check_topk(b, 70, 1000, 3000, false, 430); // k > n
-  check_topk(b, 70, 1000, 1, true, 440);
-  check_topk(b, 70, 1000, 0, false, 450);
-  check_topk(b, 7, 40, 6, true, 460);        // fixture size
-  check_topk(b, 3, 20000, 512, true, 470);   // more keys than the shared-memory key cache holds
-}
-
-void check_candidates(Backends& b, int64_t rows, int64_t T, int64_t ratio, int64_t bs, int64_t topk_blocks, uint32_t seed) {
-  auto sc = tie_scores(rows, T, seed);
-  std::vector<int64_t> pos(static_cast<size_t>(rows));
-  std::mt19937 g(seed + 1);
-  std::uniform_int_distribution<int64_t> pick(0, T * ratio + 3 * bs * ratio);
-  for (int64_t r = 0; r < rows; ++r) {
-    pos[static_cast<size_t>(r)] = r % 11 == 5 ? 0 : pick(g);
-    const int64_t vis = (pos[static_cast<size_t>(r)] + 1) / ratio;
-    for (int64_t j = vis; j < T; ++j) sc[static_cast<size_t>(r * T + j)] = -INFINITY;  // invisible, as the indexer writes them
-  }
-  std::vector<uint8_t> cpu(sc.size());
-  b.cpu->candidate_blocks({.scores = sc.data(), .q_pos = pos.data(), .keep = cpu.data(), .s = rows, .t = T, .ratio = ratio, .block_size = bs,
-                           .topk_blocks = topk_blocks});
-  Dev<float> dsc(sc);
-  Dev<int64_t> dpos(pos);
-  Dev<uint8_t> dkeep(std::vector<uint8_t>(sc.size(), 7));
-  b.gpu->candidate_blocks({.scores = dsc.p, .q_pos = dpos.p, .keep = dkeep.p, .s = rows, .t = T, .ratio = ratio, .block_size = bs,
-                           .topk_blocks = topk_blocks});
-  b.gpu->synchronize();
-  EXPECT_TRUE(same_selection(cpu, dkeep.get(), T)) << "candidates rows " << rows << " t " << T << " block " << bs << " topk " << topk_blocks;
-}
-
-TEST(CudaPrefill, CandidateBlocks) {
-  Backends b;
-  check_candidates(b, 4096, 2048, 4, 8, 64, 500);
-  check_candidates(b, 512, 2045, 1, 8, 100, 510);  // partial last block
-  check_candidates(b, 100, 2048, 4, 8, 2048, 520); // topk_blocks > blocks
-  check_candidates(b, 64, 333, 2, 5, 7, 530);
-  check_candidates(b, 7, 40, 2, 4, 3, 540);        // fixture size
-  check_candidates(b, 3, 100000, 4, 8, 64, 550);   // more blocks than the key cache holds
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
-// CUDA parity of the routed-expert ops: the permutation by expert (bitwise the CPU's stable
-// counting sort) and the grouped expert product (bf16 tensor cores against the CPU's bf16
-// emulation; a row's bits the same whatever else is in the launch).
+// CUDA tests of the bf16 products beyond one CPU-vs-CUDA comparison (the plain ones, the
+// permutation by expert and the grouped product of other formats, are the op case table's:
+// cases/moe.cpp, cases/linear.cpp): the grouped expert product and the dense product on bf16
+// tensor cores against the CPU's bf16 emulation with a row's bits the same whatever else is in
+// the launch, the tilings' bits against each other, the multi and paired products' bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/gemm_split.h"
 #include "kernels/cuda_test_util.h"
-#include "model/quantize.h"
 
 using namespace deepinfer;
 using namespace deepinfer::kernels;
@@ -48,32 +49,6 @@ Permuted permute_cpu(const std::vector<int32_t>& ids, const std::vector<float>& 
                     .perm_weight = p.perm_weight.data(), .slot_row = p.slot_row.data(), .n = n, .k = K, .experts = E,
                     .shared = shared});
   return p;
-}
-
-TEST(CudaMoe, PermuteIsBitwiseTheCpusStableSort) {
-  auto gpu = make_cuda_backend(0);
-  struct Case {
-    int64_t n, K, E;
-  };
-  // One token; the fixture shape; many chunks of 1024 pairs; the released expert count.
-  // Each with and without the shared expert appended.
-  for (Case c : {Case{1, 6, 64}, Case{7, 2, 8}, Case{5000, 6, 64}, Case{9, 6, 384}})
-    for (bool shared : {false, true}) {
-      const auto ids = random_routing(c.n, c.K, c.E, static_cast<uint32_t>(c.n + c.E));
-      const auto w = randn(ids.size(), 7);
-      const Permuted ref = permute_cpu(ids, w, c.n, c.K, c.E, shared);
-      Dev<int32_t> dids(ids), doff(ref.offsets.size()), dtok(ref.perm_token.size()), dslot(ids.size());
-      Dev<float> dw(w), dpw(ref.perm_weight.size());
-      gpu->moe_permute({.ids = dids.p, .weights = dw.p, .offsets = doff.p, .perm_token = dtok.p, .perm_weight = dpw.p,
-                        .slot_row = dslot.p, .n = c.n, .k = c.K, .experts = c.E, .shared = shared});
-      gpu->synchronize();
-      const std::string at = "n " + std::to_string(c.n) + " E " + std::to_string(c.E) + (shared ? " shared" : "");
-      EXPECT_EQ(doff.get(), ref.offsets) << at;
-      EXPECT_EQ(dtok.get(), ref.perm_token) << at;
-      EXPECT_EQ(dslot.get(), ref.slot_row) << at;
-      const auto pw = dpw.get();
-      EXPECT_EQ(std::memcmp(pw.data(), ref.perm_weight.data(), pw.size() * 4), 0) << at;
-    }
 }
 
 // The experts' weights as bf16 on the host and the device.
@@ -131,7 +106,7 @@ std::vector<int32_t> offsets_of(int64_t tokens, int64_t K, int64_t E, uint32_t s
   return permute_cpu(ids, std::vector<float>(ids.size(), 1.0f), tokens, K, E).offsets;
 }
 
-TEST(CudaMoe, GroupedMatmulBf16MatchesTheCpuAndIsRowInvariant) {
+TEST(CudaLinear, GroupedMatmulBf16MatchesTheCpuAndIsRowInvariant) {
   auto cpu = make_cpu_backend(0, Precision::kBF16);
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   const int64_t E = 64, K = 6;
@@ -161,7 +136,7 @@ TEST(CudaMoe, GroupedMatmulBf16MatchesTheCpuAndIsRowInvariant) {
   }
 }
 
-TEST(CudaMoe, DenseBf16MatmulIsRowInvariantAndMatchesTheCpu) {
+TEST(CudaLinear, DenseBf16MatmulIsRowInvariantAndMatchesTheCpu) {
   // The bf16 mma kernel as the dense product (bf16 weights): a row's bits are the same in a
   // product of 1, 37, 300 or 600 rows (other tilings; split over k into blocks up to 512 rows,
   // folded in registers above), and grouped strided products (the output projection's shape)
@@ -226,7 +201,7 @@ TEST(CudaMoe, DenseBf16MatmulIsRowInvariantAndMatchesTheCpu) {
 // their own, partial sums added by each tile's last block) against the wider tiling at 40 rows
 // (64 x 128 tiles, bf16 x): the same bits, row by row. Shapes: a wide product (not split),
 // wo_a's 8 groups (split), a product of one k slice group.
-TEST(CudaMoe, DecodeProductHasTheBitsOfTheWiderTiling) {
+TEST(CudaLinear, DecodeProductHasTheBitsOfTheWiderTiling) {
   auto cpu = make_cpu_backend(0, Precision::kBF16);
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   struct Shape {
@@ -262,7 +237,7 @@ TEST(CudaMoe, DecodeProductHasTheBitsOfTheWiderTiling) {
 // split (266 column tiles of 64, the last 256-column tile half full, 17 k slices) at 300 rows,
 // and 4 experts of 200 rows each over k 64 and 128 (one and two slices: no more than the
 // pipeline's depth) and 512.
-TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
+TEST(CudaLinear, WidestTilingHasTheBitsOfTheOthers) {
   auto cpu = make_cpu_backend(0, Precision::kBF16);
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   {
@@ -308,7 +283,7 @@ TEST(CudaMoe, WidestTilingHasTheBitsOfTheOthers) {
 // normalised input (q low rank 1280, window KV 512, compressor 512 x 2, indexer head weights
 // 64), of the low rank (queries 64 x 512, indexer queries 64 x 128), and of the FFN's input
 // (router 64, shared expert 2304 x 2).
-TEST(CudaMoe, MultiMatmulGivesEachProductItsOwnBits) {
+TEST(CudaLinear, MultiMatmulGivesEachProductItsOwnBits) {
   auto cpu = make_cpu_backend(0, Precision::kBF16);
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   struct Case {
@@ -348,7 +323,7 @@ TEST(CudaMoe, MultiMatmulGivesEachProductItsOwnBits) {
 // expert: the 128 x 256 warpgroup tiles on sm_90a); and with the rows gathered on the way in
 // (x_rows over at least 16 source rows, so a tile's index must be its own), the pair and the
 // gate alone, the bits of a gathered copy's.
-TEST(CudaMoe, GroupedPairGivesEachProductItsOwnBits) {
+TEST(CudaLinear, GroupedPairGivesEachProductItsOwnBits) {
   auto gpu = make_cuda_backend(0, Precision::kBF16);
   const int64_t E = 64, K = 6, n = 2304, k = 5120;
   Experts gate(E, n, k, 800), up(E, n, k, 900);
@@ -390,60 +365,6 @@ TEST(CudaMoe, GroupedPairGivesEachProductItsOwnBits) {
     EXPECT_EQ(std::memcmp(ga.data(), gc.data(), ga.size() * 4), 0) << "gathered gate, " << tokens << " tokens";
     EXPECT_EQ(std::memcmp(gb.data(), cu.get().data(), gb.size() * 4), 0) << "gathered up, " << tokens << " tokens";
     EXPECT_EQ(std::memcmp(g_alone.get().data(), gc.data(), ga.size() * 4), 0) << "gathered gate alone, " << tokens << " tokens";
-  }
-}
-
-TEST(CudaMoe, GroupedMatmulAnyFormatMatchesTheCpu) {
-  // Weights not stored as bf16 (and float32 precision): float32 math on the device, any format.
-  const int64_t E = 8, K = 2, tokens = 7, n = 32, k = 96, rows = tokens * K;
-  const auto off = offsets_of(tokens, K, E, 3);
-  const auto x = randn(static_cast<size_t>(rows * k), 30);
-  Dev<float> dx(x);
-  Dev<int32_t> doff(off);
-  for (auto fmt : {WeightFormat::kF32, WeightFormat::kFP8Block32, WeightFormat::kMXFP4}) {
-    model::Weights owner;
-    std::vector<std::vector<float>> wf;
-    std::vector<std::unique_ptr<Dev<uint8_t>>> dev;
-    std::vector<WeightView> hv, dv;
-    for (int64_t e = 0; e < E; ++e) {
-      wf.push_back(randn(static_cast<size_t>(n * k), 20 + static_cast<uint32_t>(e), 0.1f));
-      const WeightView w = model::quantize_matrix(WeightView::f32(wf.back().data(), n, k), fmt, owner);
-      hv.push_back(w);
-      // Values then scales, as one device block.
-      const int64_t bytes = weight_bytes(w), sc = weight_scale_bytes(w);
-      std::vector<uint8_t> blob(static_cast<const uint8_t*>(w.data), static_cast<const uint8_t*>(w.data) + bytes - sc);
-      blob.insert(blob.end(), w.scale, w.scale + sc);
-      dev.push_back(std::make_unique<Dev<uint8_t>>(blob));
-      WeightView d = w;
-      d.data = dev.back()->p;
-      d.scale = sc ? dev.back()->p + (bytes - sc) : nullptr;
-      dv.push_back(d);
-    }
-    for (Precision p : {Precision::kFloat32, Precision::kBF16}) {
-      auto cpu = make_cpu_backend(0, p);
-      auto gpu = make_cuda_backend(0, p);
-      std::vector<float> ref(static_cast<size_t>(rows * n));
-      cpu->grouped_matmul({.x = x.data(), .w = hv.data(), .offsets = off.data(), .y = ref.data(), .rows = rows, .n = n, .k = k,
-                           .experts = E});
-      Dev<float> dy(ref.size()), dyg(ref.size());
-      gpu->grouped_matmul({.x = dx.p, .w = dv.data(), .offsets = doff.p, .y = dy.p, .rows = rows, .n = n, .k = k, .experts = E});
-      // Rows gathered on the way in (here: row r reads row rows - 1 - r): gathered, then the same product.
-      std::vector<int32_t> rev(static_cast<size_t>(rows));
-      std::vector<float> xr(x.size());
-      for (int64_t r = 0; r < rows; ++r) {
-        rev[static_cast<size_t>(r)] = static_cast<int32_t>(rows - 1 - r);
-        std::memcpy(&xr[static_cast<size_t>(r * k)], &x[static_cast<size_t>((rows - 1 - r) * k)], k * 4);
-      }
-      Dev<int32_t> drev(rev);
-      gpu->grouped_matmul({.x = dx.p, .w = dv.data(), .offsets = doff.p, .y = dyg.p, .rows = rows, .n = n, .k = k, .experts = E,
-                           .x_rows = drev.p, .x_src_rows = rows});
-      gpu->synchronize();
-      EXPECT_LT(rel_err(ref, dy.get()), 1e-5) << "format " << static_cast<int>(fmt) << " bf16 " << (p == Precision::kBF16);
-      std::vector<float> refg(ref.size());
-      cpu->grouped_matmul({.x = xr.data(), .w = hv.data(), .offsets = off.data(), .y = refg.data(), .rows = rows, .n = n, .k = k,
-                           .experts = E});
-      EXPECT_LT(rel_err(refg, dyg.get()), 1e-5) << "gathered, format " << static_cast<int>(fmt);
-    }
   }
 }
 
