@@ -4,8 +4,9 @@
 //   auto outs = llm.generate({deepinfer::Prompt::from_text("Hello")}, deepinfer::SamplingParams{.max_tokens = 32});
 //   // outs[0].outputs[0].text, .token_ids, .finish_reason; outs[0].error if the request failed
 //
-// A bad request (invalid params, an out-of-vocabulary id, an empty prompt) fails alone: its
-// RequestOutput carries `error` and the rest of the batch runs. Configuration errors (a
+// A bad request (invalid params, an out-of-vocabulary id, an empty prompt, text that is not
+// valid UTF-8, a prompt + max_tokens longer than max_model_len) fails alone: its
+// RequestOutput carries `error` naming the field and the rest of the batch runs. Configuration errors (a
 // missing or corrupt checkpoint) throw deepinfer::Error from the constructor.
 // Threading: one generate()/chat() at a time per LLM object.
 #pragma once
@@ -34,6 +35,8 @@ struct EngineConfig {
   int64_t memory_budget_bytes = 0;         // per-sequence state budget; 0 = unlimited
   double memory_fraction = 0.0;            // alternative: this fraction of physical RAM (CPU) or of the GPU
                                            // memory free after loading (CUDA); 0 = unused
+  int64_t max_model_len = 0;               // longest sequence (prompt + max_tokens) a request may ask for;
+                                           // 0 = config.json's max_position_embeddings (it may not exceed it)
   bool exact_prefill = false;              // true: every layer on every prompt row (no CED replay)
   bool sample_on_backend = true;           // tokens drawn on the backend where nothing precedes the draw
                                            // (no penalties, grammar): only ids and logprobs leave the GPU
@@ -100,6 +103,7 @@ class LLM {
                                  const std::function<void(size_t, int, const std::string&)>& on_text = nullptr);
 
   int64_t vocab_size() const;
+  int64_t max_model_len() const;  // EngineConfig.max_model_len as resolved against the model
   const EngineStats& last_stats() const;
 
   struct Impl;

@@ -1,11 +1,14 @@
 #include "api/batch_file.h"
 
 #include <cmath>
+#include <istream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_input.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer::api {
 
@@ -15,23 +18,29 @@ namespace {
 
 [[noreturn]] void bad(const std::string& field, const std::string& what) { throw Error("body." + field + ": " + what); }
 
+// A field that is present and not null (null means "not given", as in OpenAI's API).
+bool has(const json& b, const char* k) { return b.contains(k) && !b[k].is_null(); }
+
 int64_t get_int(const json& b, const char* k, int64_t lo, int64_t hi) {
   const json& v = b.at(k);
-  if (!v.is_number_integer()) bad(k, "expected an integer, got " + v.dump());
+  if (!v.is_number_integer()) bad(k, "expected an integer, got " + v.dump().substr(0, 80));
+  const std::string range = "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got ";
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) bad(k, range + v.dump());
   const int64_t x = v.get<int64_t>();
-  if (x < lo || x > hi) bad(k, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(x));
+  if (x < lo || x > hi) bad(k, range + v.dump());
   return x;
 }
 float get_float(const json& b, const char* k) {
   const json& v = b.at(k);
-  if (!v.is_number()) bad(k, "expected a number, got " + v.dump());
+  if (!v.is_number()) bad(k, "expected a number, got " + v.dump().substr(0, 80));
   const double x = v.get<double>();
-  if (!std::isfinite(x)) bad(k, "must be finite");
+  if (!std::isfinite(x) || std::fabs(x) > static_cast<double>(std::numeric_limits<float>::max()))
+    bad(k, "out of range, got " + v.dump());
   return static_cast<float>(x);
 }
 bool get_bool(const json& b, const char* k) {
   const json& v = b.at(k);
-  if (!v.is_boolean()) bad(k, "expected true or false, got " + v.dump());
+  if (!v.is_boolean()) bad(k, "expected true or false, got " + v.dump().substr(0, 80));
   return v.get<bool>();
 }
 std::vector<int32_t> get_ids(const json& b, const char* k) {
@@ -39,10 +48,12 @@ std::vector<int32_t> get_ids(const json& b, const char* k) {
   if (!v.is_array()) bad(k, "expected a list of token ids, got " + v.dump().substr(0, 80));
   std::vector<int32_t> ids;
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number_integer()) bad(std::string(k) + "[" + std::to_string(i) + "]", "expected an integer token id, got " + v[i].dump());
+    const std::string f = std::string(k) + "[" + std::to_string(i) + "]";
+    if (!v[i].is_number_integer()) bad(f, "expected an integer token id, got " + v[i].dump().substr(0, 80));
+    if (v[i].is_number_unsigned() && v[i].get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+      bad(f, "token id " + v[i].dump() + " is out of range");
     const int64_t x = v[i].get<int64_t>();
-    if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max())
-      bad(std::string(k) + "[" + std::to_string(i) + "]", "token id " + std::to_string(x) + " is out of range");
+    if (x < 0 || x > std::numeric_limits<int32_t>::max()) bad(f, "token id " + v[i].dump() + " is out of range (ids are >= 0)");
     ids.push_back(static_cast<int32_t>(x));
   }
   return ids;
@@ -90,7 +101,7 @@ void parse_structured_output(const nlohmann::ordered_json& b, SamplingParams& s)
     } else {
       bad("response_format.type", "expected text, json_object or json_schema, got \"" + type + "\"");
     }
-  } else if (b.contains("structured_outputs")) {
+  } else if (b.contains("structured_outputs") && !b["structured_outputs"].is_null()) {
     const json& so_j = b["structured_outputs"];
     if (!so_j.is_object()) bad("structured_outputs", "expected an object");
     int kinds = 0;
@@ -114,9 +125,9 @@ void parse_structured_output(const nlohmann::ordered_json& b, SamplingParams& s)
       }
     }
     if (kinds != 1) bad("structured_outputs", "give exactly one of json, regex, grammar, json_object");
-  } else if (b.contains("guided_json")) {
+  } else if (b.contains("guided_json") && !b["guided_json"].is_null()) {
     so.kind = Kind::kJsonSchema, so.source = schema_text(b["guided_json"], "guided_json");
-  } else if (b.contains("guided_regex")) {
+  } else if (b.contains("guided_regex") && !b["guided_regex"].is_null()) {
     so.kind = Kind::kRegex, so.source = string_field(b["guided_regex"], "guided_regex");
   } else {
     so.kind = Kind::kGrammar, so.source = string_field(b["guided_grammar"], "guided_grammar");
@@ -153,84 +164,131 @@ void parse_body(const json& b, Request& r) {
     r.messages_json = b["messages"].dump();
   }
   SamplingParams& s = r.params;
-  const int64_t kMax = 1 << 30;
-  if (b.contains("max_tokens")) s.max_tokens = static_cast<int>(get_int(b, "max_tokens", 1, kMax));
-  if (b.contains("max_completion_tokens")) s.max_tokens = static_cast<int>(get_int(b, "max_completion_tokens", 1, kMax));
-  if (b.contains("min_tokens")) s.min_tokens = static_cast<int>(get_int(b, "min_tokens", 0, kMax));
-  if (b.contains("n")) s.n = static_cast<int>(get_int(b, "n", 1, 1024));
-  if (b.contains("top_k")) s.top_k = static_cast<int>(get_int(b, "top_k", -1, kMax));
-  if (b.contains("temperature")) s.temperature = get_float(b, "temperature");
-  if (b.contains("top_p")) s.top_p = get_float(b, "top_p");
-  if (b.contains("min_p")) s.min_p = get_float(b, "min_p");
-  if (b.contains("presence_penalty")) s.presence_penalty = get_float(b, "presence_penalty");
-  if (b.contains("frequency_penalty")) s.frequency_penalty = get_float(b, "frequency_penalty");
-  if (b.contains("repetition_penalty")) s.repetition_penalty = get_float(b, "repetition_penalty");
-  if (b.contains("seed") && !b["seed"].is_null()) {
-    if (!b["seed"].is_number_integer()) bad("seed", "expected an integer, got " + b["seed"].dump());
-    s.seed = static_cast<uint64_t>(b["seed"].get<int64_t>());
+  const int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (has(b, "max_tokens")) s.max_tokens = static_cast<int>(get_int(b, "max_tokens", 1, kMax));
+  if (has(b, "max_completion_tokens")) s.max_tokens = static_cast<int>(get_int(b, "max_completion_tokens", 1, kMax));
+  if (has(b, "min_tokens")) s.min_tokens = static_cast<int>(get_int(b, "min_tokens", 0, kMax));
+  if (has(b, "n")) s.n = static_cast<int>(get_int(b, "n", 1, 1024));
+  if (has(b, "top_k")) s.top_k = static_cast<int>(get_int(b, "top_k", -1, kMax));
+  if (has(b, "temperature")) s.temperature = get_float(b, "temperature");
+  if (has(b, "top_p")) s.top_p = get_float(b, "top_p");
+  if (has(b, "min_p")) s.min_p = get_float(b, "min_p");
+  if (has(b, "presence_penalty")) s.presence_penalty = get_float(b, "presence_penalty");
+  if (has(b, "frequency_penalty")) s.frequency_penalty = get_float(b, "frequency_penalty");
+  if (has(b, "repetition_penalty")) s.repetition_penalty = get_float(b, "repetition_penalty");
+  if (has(b, "seed")) {
+    const json& v = b["seed"];
+    if (!v.is_number_integer()) bad("seed", "expected an integer, got " + v.dump().substr(0, 80));
+    if (!v.is_number_unsigned() && v.get<int64_t>() < 0) bad("seed", "must be in [0, 18446744073709551615], got " + v.dump());
+    s.seed = v.get<uint64_t>();
   }
-  if (b.contains("ignore_eos")) s.ignore_eos = get_bool(b, "ignore_eos");
-  if (b.contains("skip_special_tokens")) s.skip_special_tokens = get_bool(b, "skip_special_tokens");
-  if (b.contains("stop") && !b["stop"].is_null()) {
+  if (has(b, "ignore_eos")) s.ignore_eos = get_bool(b, "ignore_eos");
+  if (has(b, "skip_special_tokens")) s.skip_special_tokens = get_bool(b, "skip_special_tokens");
+  if (has(b, "stop")) {
     const json& v = b["stop"];
     if (v.is_string()) s.stop = {v.get<std::string>()};
     else if (v.is_array()) {
       for (size_t i = 0; i < v.size(); ++i) {
-        if (!v[i].is_string()) bad("stop[" + std::to_string(i) + "]", "expected a string, got " + v[i].dump());
+        if (!v[i].is_string()) bad("stop[" + std::to_string(i) + "]", "expected a string, got " + v[i].dump().substr(0, 80));
         s.stop.push_back(v[i].get<std::string>());
       }
     } else {
-      bad("stop", "expected a string or a list of strings");
+      bad("stop", "expected a string or a list of strings, got " + v.dump().substr(0, 80));
     }
   }
-  if (b.contains("stop_token_ids")) s.stop_token_ids = get_ids(b, "stop_token_ids");
+  if (has(b, "stop_token_ids")) s.stop_token_ids = get_ids(b, "stop_token_ids");
   // Completions-style logprobs (an int) or chat-style logprobs (bool) + top_logprobs (int).
-  if (b.contains("logprobs") && !b["logprobs"].is_null()) {
+  const bool chat_logprobs = has(b, "logprobs") && b["logprobs"].is_boolean() && b["logprobs"].get<bool>();
+  const int top_logprobs = has(b, "top_logprobs") ? static_cast<int>(get_int(b, "top_logprobs", 0, 20)) : 0;
+  if (has(b, "top_logprobs") && !chat_logprobs) bad("top_logprobs", "needs \"logprobs\": true");
+  if (has(b, "logprobs")) {
     const json& v = b["logprobs"];
     if (v.is_boolean()) {
-      if (v.get<bool>()) s.logprobs = b.contains("top_logprobs") ? static_cast<int>(get_int(b, "top_logprobs", 0, 20)) : 0;
+      if (v.get<bool>()) s.logprobs = top_logprobs;
     } else if (v.is_number_integer()) {
       s.logprobs = static_cast<int>(get_int(b, "logprobs", 0, 20));
     } else {
-      bad("logprobs", "expected an integer or a boolean, got " + v.dump());
+      bad("logprobs", "expected an integer or a boolean, got " + v.dump().substr(0, 80));
     }
   }
-  if (b.contains("thinking")) r.chat_options.thinking = get_bool(b, "thinking");
-  if (b.contains("chat_template_kwargs")) {
+  if (has(b, "thinking")) r.chat_options.thinking = get_bool(b, "thinking");
+  if (has(b, "chat_template_kwargs")) {
     const json& k = b["chat_template_kwargs"];
-    if (!k.is_object()) bad("chat_template_kwargs", "expected an object");
-    if (k.contains("thinking")) {
-      if (!k["thinking"].is_boolean()) bad("chat_template_kwargs.thinking", "expected true or false");
+    if (!k.is_object()) bad("chat_template_kwargs", "expected an object, got " + k.dump().substr(0, 80));
+    if (has(k, "thinking")) {
+      if (!k["thinking"].is_boolean()) bad("chat_template_kwargs.thinking", "expected true or false, got " + k["thinking"].dump().substr(0, 80));
       r.chat_options.thinking = k["thinking"].get<bool>();
     }
   }
-  if (b.contains("reasoning_effort")) {
-    if (!b["reasoning_effort"].is_string()) bad("reasoning_effort", "expected a string");
+  if (has(b, "reasoning_effort")) {
+    if (!b["reasoning_effort"].is_string()) bad("reasoning_effort", "expected a string, got " + b["reasoning_effort"].dump().substr(0, 80));
     r.chat_options.reasoning_effort = b["reasoning_effort"].get<std::string>();
   }
-  if (b.contains("stream") && b["stream"].is_boolean() && b["stream"].get<bool>()) bad("stream", "streaming is not available in batch files");
+  for (const char* k : {"model", "user"})
+    if (has(b, k) && !b[k].is_string()) bad(k, "expected a string, got " + b[k].dump().substr(0, 80));
+  if (has(b, "stream")) {
+    if (!b["stream"].is_boolean()) bad("stream", "expected true or false, got " + b["stream"].dump().substr(0, 80));
+    if (b["stream"].get<bool>()) bad("stream", "streaming is not available in batch files");
+  }
 }
 
 }  // namespace
 
+// Reads one line of at most `limit` bytes (the '\n' dropped). A longer line is consumed up to
+// its end without being kept: *too_long is set and *length holds its size.
+bool read_line_bounded(std::istream& in, std::string& line, size_t limit, bool* too_long, size_t* length) {
+  line.clear();
+  *too_long = false;
+  *length = 0;
+  std::streambuf* sb = in.rdbuf();
+  bool any = false;
+  for (int c = sb->sbumpc(); c != std::char_traits<char>::eof(); c = sb->sbumpc()) {
+    any = true;
+    if (c == '\n') return true;
+    ++*length;
+    if (*length > limit) {
+      if (!*too_long) line.clear(), line.shrink_to_fit();
+      *too_long = true;
+    } else {
+      line.push_back(static_cast<char>(c));
+    }
+  }
+  return any;
+}
+
 Request parse_batch_line(const std::string& line, size_t line_no) {
   Request r;
-  r.request_id = "line " + std::to_string(line_no);
+  const std::string where = "line " + std::to_string(line_no);
+  r.request_id = where;
+  if (line.size() > kMaxBatchLineBytes) {
+    r.error = where + ": " + std::to_string(line.size()) + " bytes, more than the limit of " +
+              std::to_string(kMaxBatchLineBytes) + " bytes per line";
+    return r;
+  }
+  if (const size_t at = tokenizer::find_invalid_utf8(line); at != std::string::npos) {
+    r.error = where + ": invalid UTF-8 at byte offset " + std::to_string(at);
+    return r;
+  }
+  // nlohmann parses iteratively, but dump() and copies recurse once per level.
+  if (json_text_depth(line) > kMaxJsonDepth) {
+    r.error = where + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+    return r;
+  }
   json j;
   try {
     j = json::parse(line);
   } catch (const json::exception& e) {
-    r.error = "malformed JSON on line " + std::to_string(line_no) + ": " + e.what();
+    r.error = "malformed JSON on " + where + ": " + e.what();
     return r;
   }
   if (!j.is_object()) {
-    r.error = "line " + std::to_string(line_no) + ": expected a JSON object";
+    r.error = where + ": expected a JSON object";
     return r;
   }
   if (j.contains("custom_id")) {
     if (j["custom_id"].is_string()) r.request_id = j["custom_id"].get<std::string>();
     else {
-      r.error = "custom_id: expected a string, got " + j["custom_id"].dump();
+      r.error = "custom_id: expected a string, got " + j["custom_id"].dump().substr(0, 80);
       return r;
     }
   }
@@ -249,6 +307,8 @@ Request parse_batch_line(const std::string& line, size_t line_no) {
     }
   } catch (const Error& e) {
     r.error = e.what();
+  } catch (const std::exception& e) {  // a value nlohmann could not convert: still this line's error alone
+    r.error = where + ": " + e.what();
   }
   return r;
 }

@@ -38,8 +38,20 @@ BatchJob::BatchJob(const BatchJobOptions& options) : opts_(options) {
   std::vector<Request> all;
   std::vector<size_t> line_nos;
   size_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
+  std::string line;
+  bool too_long = false;
+  size_t length = 0;
+  while (read_line_bounded(in, line, kMaxBatchLineBytes + 1, &too_long, &length)) {
     ++line_no;
+    if (too_long) {  // not kept in memory: an error line of its own
+      Request r;
+      r.request_id = "line " + std::to_string(line_no);
+      r.error = r.request_id + ": " + std::to_string(length) + " bytes, more than the limit of " +
+                std::to_string(kMaxBatchLineBytes) + " bytes per line";
+      all.push_back(std::move(r));
+      line_nos.push_back(line_no);
+      continue;
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines are not requests
     all.push_back(parse_batch_line(line, line_no));

@@ -1,14 +1,19 @@
 // LLM: the public offline API on top of the engine (load once, generate many).
 #include "deepinfer/llm.h"
 
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_input.h"
 #include "engine/engine.h"
 #include "engine/load_model.h"
 #include "kernels/backend.h"
 #include "runner/batch_runner.h"
 #include "tokenizer/chat_encoding.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer {
 
@@ -18,6 +23,7 @@ struct LLM::Impl {
   engine::LoadedModel lm;
   std::unique_ptr<runner::BatchRunner> batches;  // the model's forwards (its graphs live across runs)
   EngineStats stats;
+  int64_t max_model_len = 0;  // resolved: EngineConfig.max_model_len or max_position_embeddings
   std::shared_ptr<grammar::GrammarCache> grammars;  // structured-output grammars, kept across runs
 
   std::vector<RequestOutput> run(std::vector<engine::EngineRequest> reqs,
@@ -53,17 +59,26 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
     throw Error("EngineConfig.load_format: expected \"auto\" or \"random\", got \"" + config.load_format + "\"");
   if (config.max_num_batched_tokens < 1) throw Error("EngineConfig.max_num_batched_tokens: must be >= 1");
   if (config.max_num_seqs < 1) throw Error("EngineConfig.max_num_seqs: must be >= 1");
+  if (config.max_model_len < 0) throw Error("EngineConfig.max_model_len: must be >= 0 (0 = the model's max_position_embeddings)");
+  if (config.memory_budget_bytes < 0) throw Error("EngineConfig.memory_budget_bytes: must be >= 0 (0 = unlimited)");
+  if (config.threads < 0) throw Error("EngineConfig.threads: must be >= 0 (0 = automatic)");
   if (config.memory_fraction < 0 || config.memory_fraction > 1) throw Error("EngineConfig.memory_fraction: must be in [0, 1]");
   impl_->backend = kernels::make_backend(config.device, config.threads, config.dtype, config.batch_invariant);
   impl_->lm = engine::load_model(config.model, *impl_->backend,
                                  config.load_format == "random" ? engine::LoadFormat::kRandom : engine::LoadFormat::kAuto,
                                  config.seed);
   impl_->batches = std::make_unique<runner::BatchRunner>(*impl_->lm.model);
+  const int64_t positions = impl_->lm.model->config().max_position_embeddings;
+  if (config.max_model_len > positions)
+    throw Error("EngineConfig.max_model_len = " + std::to_string(config.max_model_len) +
+                " is longer than the model's max_position_embeddings = " + std::to_string(positions));
+  impl_->max_model_len = config.max_model_len > 0 ? config.max_model_len : positions;
 }
 
 LLM::~LLM() = default;
 
 int64_t LLM::vocab_size() const { return impl_->lm.model->config().vocab_size; }
+int64_t LLM::max_model_len() const { return impl_->max_model_len; }
 const EngineStats& LLM::last_stats() const { return impl_->stats; }
 
 std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, const SamplingParams& params) {
@@ -124,6 +139,18 @@ std::vector<RequestOutput> LLM::run(std::vector<Request> requests,
                                     const std::function<void(size_t, int, const std::string&)>& on_text) {
   std::vector<engine::EngineRequest> reqs(requests.size());
   const tokenizer::Tokenizer* tok = impl_->lm.tokenizer.get();
+  const int64_t max_len = impl_->max_model_len;
+  const std::string limit = " the maximum model length (max_model_len) = " + std::to_string(max_len);
+  // Text of more bytes than this cannot fit in max_model_len tokens: rejected before tokenizing it.
+  const std::optional<size_t> max_bytes = tok ? tok->max_bytes_for(static_cast<size_t>(max_len)) : std::nullopt;
+  auto encode = [&](const std::string& text, bool add_special, const std::string& what) {
+    if (max_bytes && text.size() > *max_bytes)
+      throw Error("prompt too long: " + what + " of " + std::to_string(text.size()) + " bytes encodes to more than" + limit + " tokens");
+    std::vector<int32_t> ids = tok->encode(text, add_special, static_cast<size_t>(max_len));
+    if (static_cast<int64_t>(ids.size()) > max_len)
+      throw Error("prompt too long: " + what + " encodes to more than" + limit + " tokens");
+    return ids;
+  };
   for (size_t i = 0; i < requests.size(); ++i) {
     Request& in = requests[i];
     engine::EngineRequest& r = reqs[i];
@@ -132,30 +159,45 @@ std::vector<RequestOutput> LLM::run(std::vector<Request> requests,
     r.error = in.error;
     if (!r.error.empty()) continue;
     try {
+      for (size_t k = 0; k < in.params.stop.size(); ++k) tokenizer::check_utf8(in.params.stop[k], "stop[" + std::to_string(k) + "]");
       const bool is_chat = !in.messages_json.empty() || !in.messages.empty();
       if (is_chat) {
         if (!tok) throw Error("messages: chat needs a tokenizer (the model directory has no tokenizer.json)");
+        tokenizer::check_utf8(in.chat_options.reasoning_effort, "reasoning_effort");
         nlohmann::ordered_json msgs;
         if (!in.messages_json.empty()) {
-          try {
-            msgs = nlohmann::ordered_json::parse(in.messages_json);
-          } catch (const nlohmann::json::exception& e) {
-            throw Error(std::string("messages: invalid JSON: ") + e.what());
-          }
+          msgs = parse_json_input<nlohmann::ordered_json>(in.messages_json, "messages");
         } else {
+          for (size_t m = 0; m < in.messages.size(); ++m) {
+            const std::string f = "messages[" + std::to_string(m) + "].";
+            tokenizer::check_utf8(in.messages[m].role, f + "role");
+            tokenizer::check_utf8(in.messages[m].content, f + "content");
+            tokenizer::check_utf8(in.messages[m].reasoning_content, f + "reasoning_content");
+          }
           msgs = to_json(in.messages);
         }
         r.prompt_text = tokenizer::encode_chat(msgs, to_options(in.chat_options));
-        r.prompt_ids = tok->encode(r.prompt_text, /*add_special_tokens=*/false);
+        r.prompt_ids = encode(r.prompt_text, /*add_special=*/false, "the conversation");
       } else if (!in.prompt.token_ids.empty()) {
         r.prompt_ids = in.prompt.token_ids;
       } else {
         if (!tok) throw Error("prompt: text prompts need a tokenizer (the model directory has no tokenizer.json)");
+        tokenizer::check_utf8(in.prompt.text, "prompt");
         r.prompt_text = in.prompt.text;
-        r.prompt_ids = tok->encode(in.prompt.text, /*add_special_tokens=*/true);
+        r.prompt_ids = encode(in.prompt.text, /*add_special=*/true, "the prompt");
       }
+      // As vLLM: the prompt and the tokens asked for must fit in the model's length.
+      const int64_t n_prompt = static_cast<int64_t>(r.prompt_ids.size());
+      if (n_prompt > max_len)
+        throw Error("prompt too long: " + std::to_string(n_prompt) + " prompt tokens, more than" + limit);
+      if (n_prompt + in.params.max_tokens > max_len)
+        throw Error("prompt too long: " + std::to_string(n_prompt) + " prompt tokens + max_tokens " +
+                    std::to_string(in.params.max_tokens) + " = " + std::to_string(n_prompt + in.params.max_tokens) +
+                    " tokens, more than" + limit);
     } catch (const Error& e) {
       r.error = e.what();
+    } catch (const std::exception& e) {  // e.g. a JSON value nlohmann cannot render: this request fails alone
+      r.error = std::string("request ") + in.request_id + ": " + e.what();
     }
   }
   return impl_->run(std::move(reqs), on_finish, on_text);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,25 +21,14 @@
 #include "loader/safetensors.h"
 #include <nlohmann/json.hpp>
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 #include "model/info.h"
 #include "runner/batch_runner.h"
 
 namespace deepinfer::cli {
 
 std::vector<int64_t> parse_chunks(const std::string& s) {
-  std::vector<int64_t> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t comma = s.find(',', start);
-    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    int64_t v = parse_int("chunks", item);
-    if (v <= 0) throw Error("flag --chunks: chunk sizes must be positive, got " + std::to_string(v));
-    out.push_back(v);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  if (out.empty()) throw Error("flag --chunks: expected a comma-separated list of sizes");
-  return out;
+  return parse_int_list("chunks", s, 1, INT32_MAX);
 }
 
 std::vector<int64_t> chunk_plan(int64_t n, const std::vector<int64_t>& sizes) {
@@ -76,17 +66,14 @@ int cmd_logits(const std::vector<std::string>& args) {
   if (shape.size() != 1) throw Error(f["tokens"] + ": expected a 1-D array of token ids, got " + std::to_string(shape.size()) + " dimensions");
   if (ids.empty()) throw Error(f["tokens"] + ": no token ids");
   std::vector<int64_t> sizes = f.count("chunks") ? parse_chunks(f["chunks"]) : std::vector<int64_t>{static_cast<int64_t>(ids.size())};
-  const int64_t top = f.count("top") ? parse_int("top", f["top"]) : 5;
-  if (top < 0) throw Error("flag --top: expected 0 or more tokens, got " + std::to_string(top));
-  const int64_t threads_flag = f.count("threads") ? parse_int("threads", f["threads"]) : 0;
-  if (threads_flag < 0 || threads_flag > 1024) throw Error("flag --threads: expected 0 (auto) to 1024, got " + std::to_string(threads_flag));
-  const int threads = static_cast<int>(threads_flag);
+  const int64_t top = f.count("top") ? parse_int("top", f["top"], 0, INT32_MAX) : 5;
+  const int threads = f.count("threads") ? static_cast<int>(parse_int("threads", f["threads"], 0, 1024)) : 0;
 
   auto t0 = std::chrono::steady_clock::now();
   auto backend = kernels::make_backend(f.count("device") ? f["device"] : "cpu", threads, f.count("dtype") ? f["dtype"] : "float32");
   engine::LoadedModel lm = engine::load_model(
       f["model"], *backend, fmt == "random" ? engine::LoadFormat::kRandom : engine::LoadFormat::kAuto,
-      static_cast<uint64_t>(f.count("seed") ? parse_int("seed", f["seed"]) : 0));
+      f.count("seed") ? parse_uint64("seed", f["seed"]) : 0);
   model::DeepseekV41& m = *lm.model;
   runner::BatchRunner batches(m);
   const int64_t V = m.config().vocab_size;
@@ -236,12 +223,15 @@ int cmd_tokenize(const std::vector<std::string>& args) {
   std::string text;
   if (f.count("text")) {
     text = f["text"];
+    tokenizer::check_utf8(text, "flag --text");
   } else {
+    if (std::filesystem::is_directory(f["file"])) throw Error(f["file"] + ": is a directory, expected a text file");
     std::ifstream in(f["file"], std::ios::binary);
     if (!in) throw Error(f["file"] + ": cannot open");
     std::stringstream ss;
     ss << in.rdbuf();
     text = ss.str();
+    tokenizer::check_utf8(text, f["file"]);
   }
   auto tok = tokenizer::Tokenizer::load(f["model"]);
   const bool add = f.count("add-special-tokens") ? parse_bool("add-special-tokens", f["add-special-tokens"]) : false;
@@ -263,19 +253,8 @@ int cmd_detokenize(const std::vector<std::string>& args) {
   if (!f.count("ids")) throw Error("deepinfer detokenize: --ids 1,2,3 is required");
   auto tok = tokenizer::Tokenizer::load(f["model"]);
   std::vector<int32_t> ids;
-  const std::string& s = f["ids"];
-  size_t start = 0;
-  while (start <= s.size() && !s.empty()) {
-    size_t comma = s.find(',', start);
-    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const int64_t v = parse_int("ids", item);
-    if (v < 0 || v >= tok->vocab_size())
-      throw Error("flag --ids: token id " + std::to_string(v) + " is outside the vocabulary [0, " +
-                  std::to_string(tok->vocab_size()) + ")");
-    ids.push_back(static_cast<int32_t>(v));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  if (!f["ids"].empty())
+    for (int64_t v : parse_int_list("ids", f["ids"], 0, tok->vocab_size() - 1)) ids.push_back(static_cast<int32_t>(v));
   const bool skip = f.count("skip-special-tokens") ? parse_bool("skip-special-tokens", f["skip-special-tokens"]) : false;
   std::printf("%s\n", tok->decode(ids, skip).c_str());
   return 0;

@@ -2,7 +2,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -15,13 +17,14 @@
 #include "cli/flags.h"
 #include "core/error.h"
 #include "deepinfer/llm.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer::cli {
 
 namespace {
 
 const std::vector<std::string> kEngineFlags = {"model", "load-format", "seed", "device", "dtype", "batch-invariant", "threads", "max-num-batched-tokens",
-                                               "max-num-seqs", "memory-budget", "memory-fraction", "exact-prefill"};
+                                               "max-num-seqs", "memory-budget", "memory-fraction", "exact-prefill", "max-model-len"};
 const std::vector<std::string> kSamplingFlags = {"max-tokens", "min-tokens", "temperature", "top-k", "top-p", "min-p",
                                                  "repetition-penalty", "presence-penalty", "frequency-penalty", "stop",
                                                  "stop-token-ids", "ignore-eos", "request-seed", "logprobs", "n",
@@ -32,50 +35,52 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
+constexpr int64_t kIntMax = INT32_MAX;  // int-typed fields
+
 EngineConfig engine_config(std::map<std::string, std::string>& f) {
   if (!f.count("model")) throw Error("--model DIR is required");
   EngineConfig c;
   c.model = f["model"];
   if (f.count("load-format")) c.load_format = f["load-format"];
-  if (f.count("seed")) c.seed = static_cast<uint64_t>(parse_int("seed", f["seed"]));
+  if (f.count("seed")) c.seed = parse_uint64("seed", f["seed"]);
   if (f.count("device")) c.device = f["device"];
   if (f.count("dtype")) c.dtype = f["dtype"];
   if (f.count("batch-invariant")) c.batch_invariant = parse_bool("batch-invariant", f["batch-invariant"]);
-  if (f.count("threads")) c.threads = static_cast<int>(std::clamp<int64_t>(parse_int("threads", f["threads"]), 0, 1024));
-  if (f.count("max-num-batched-tokens")) c.max_num_batched_tokens = parse_int("max-num-batched-tokens", f["max-num-batched-tokens"]);
-  if (f.count("max-num-seqs")) c.max_num_seqs = parse_int("max-num-seqs", f["max-num-seqs"]);
-  if (f.count("memory-budget")) c.memory_budget_bytes = parse_int("memory-budget", f["memory-budget"]);
-  if (f.count("memory-fraction")) c.memory_fraction = parse_float("memory-fraction", f["memory-fraction"]);
+  if (f.count("threads")) c.threads = static_cast<int>(parse_int("threads", f["threads"], 0, 1024));
+  if (f.count("max-num-batched-tokens")) c.max_num_batched_tokens = parse_int("max-num-batched-tokens", f["max-num-batched-tokens"], 1, kIntMax);
+  if (f.count("max-num-seqs")) c.max_num_seqs = parse_int("max-num-seqs", f["max-num-seqs"], 1, 1 << 20);
+  if (f.count("memory-budget")) c.memory_budget_bytes = parse_int("memory-budget", f["memory-budget"], 0, INT64_MAX);
+  if (f.count("memory-fraction")) c.memory_fraction = parse_float("memory-fraction", f["memory-fraction"], 0, 1);
   if (f.count("exact-prefill")) c.exact_prefill = parse_bool("exact-prefill", f["exact-prefill"]);
+  if (f.count("max-model-len")) c.max_model_len = parse_int("max-model-len", f["max-model-len"], 1, INT64_MAX);
   return c;
 }
 
+// Text from the command line goes to the tokenizer: it must be UTF-8 (named by its flag).
+void check_text_flag(const std::string& flag, const std::string& v) { tokenizer::check_utf8(v, "flag --" + flag); }
+
 SamplingParams sampling_params(std::map<std::string, std::string>& f) {
   SamplingParams p;
-  if (f.count("max-tokens")) p.max_tokens = static_cast<int>(parse_int("max-tokens", f["max-tokens"]));
-  if (f.count("min-tokens")) p.min_tokens = static_cast<int>(parse_int("min-tokens", f["min-tokens"]));
-  if (f.count("temperature")) p.temperature = static_cast<float>(parse_float("temperature", f["temperature"]));
-  if (f.count("top-k")) p.top_k = static_cast<int>(parse_int("top-k", f["top-k"]));
-  if (f.count("top-p")) p.top_p = static_cast<float>(parse_float("top-p", f["top-p"]));
-  if (f.count("min-p")) p.min_p = static_cast<float>(parse_float("min-p", f["min-p"]));
-  if (f.count("repetition-penalty")) p.repetition_penalty = static_cast<float>(parse_float("repetition-penalty", f["repetition-penalty"]));
-  if (f.count("presence-penalty")) p.presence_penalty = static_cast<float>(parse_float("presence-penalty", f["presence-penalty"]));
-  if (f.count("frequency-penalty")) p.frequency_penalty = static_cast<float>(parse_float("frequency-penalty", f["frequency-penalty"]));
-  if (f.count("stop")) p.stop = {f["stop"]};
-  if (f.count("stop-token-ids")) {
-    const std::string& s = f["stop-token-ids"];
-    size_t start = 0;
-    while (start < s.size()) {
-      size_t comma = s.find(',', start);
-      p.stop_token_ids.push_back(static_cast<int32_t>(parse_int("stop-token-ids", s.substr(start, comma - start))));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+  const double kFloatMax = 3.4028234663852886e38;
+  if (f.count("max-tokens")) p.max_tokens = static_cast<int>(parse_int("max-tokens", f["max-tokens"], 1, kIntMax));
+  if (f.count("min-tokens")) p.min_tokens = static_cast<int>(parse_int("min-tokens", f["min-tokens"], 0, kIntMax));
+  if (f.count("temperature")) p.temperature = static_cast<float>(parse_float("temperature", f["temperature"], 0, kFloatMax));
+  if (f.count("top-k")) p.top_k = static_cast<int>(parse_int("top-k", f["top-k"], -1, kIntMax));
+  if (f.count("top-p")) p.top_p = static_cast<float>(parse_float("top-p", f["top-p"], 0, 1));
+  if (f.count("min-p")) p.min_p = static_cast<float>(parse_float("min-p", f["min-p"], 0, 1));
+  if (f.count("repetition-penalty")) p.repetition_penalty = static_cast<float>(parse_float("repetition-penalty", f["repetition-penalty"], 0, kFloatMax));
+  if (f.count("presence-penalty")) p.presence_penalty = static_cast<float>(parse_float("presence-penalty", f["presence-penalty"], -2, 2));
+  if (f.count("frequency-penalty")) p.frequency_penalty = static_cast<float>(parse_float("frequency-penalty", f["frequency-penalty"], -2, 2));
+  if (f.count("stop")) {
+    check_text_flag("stop", f["stop"]);
+    p.stop = {f["stop"]};
   }
+  if (f.count("stop-token-ids"))
+    for (int64_t id : parse_int_list("stop-token-ids", f["stop-token-ids"], 0, kIntMax)) p.stop_token_ids.push_back(static_cast<int32_t>(id));
   if (f.count("ignore-eos")) p.ignore_eos = parse_bool("ignore-eos", f["ignore-eos"]);
-  if (f.count("request-seed")) p.seed = static_cast<uint64_t>(parse_int("request-seed", f["request-seed"]));
-  if (f.count("logprobs")) p.logprobs = static_cast<int>(parse_int("logprobs", f["logprobs"]));
-  if (f.count("n")) p.n = static_cast<int>(parse_int("n", f["n"]));
+  if (f.count("request-seed")) p.seed = parse_uint64("request-seed", f["request-seed"]);
+  if (f.count("logprobs")) p.logprobs = static_cast<int>(parse_int("logprobs", f["logprobs"], 0, 20));
+  if (f.count("n")) p.n = static_cast<int>(parse_int("n", f["n"], 1, 1024));
   if (f.count("skip-special-tokens")) p.skip_special_tokens = parse_bool("skip-special-tokens", f["skip-special-tokens"]);
   const std::string err = validate(p);
   if (!err.empty()) throw Error(err);
@@ -87,6 +92,7 @@ constexpr const char* kSamplingHelp =
     "          --repetition-penalty R --presence-penalty P --frequency-penalty F --stop TEXT\n"
     "          --stop-token-ids 1,2 --ignore-eos --request-seed S --logprobs N --skip-special-tokens B\n"
     "engine:   --load-format auto|random --seed S --device cpu|cuda[:N] --dtype float32|bfloat16 --batch-invariant true|false --threads N --max-num-batched-tokens N --max-num-seqs N\n"
+    "          --max-model-len N (prompt + max_tokens at most; default: the model's max_position_embeddings)\n"
     "          --memory-budget BYTES --memory-fraction F --exact-prefill\n";
 
 double percentile(std::vector<double> v, double q) {
@@ -113,16 +119,10 @@ int cmd_generate(const std::vector<std::string>& args) {
   r.request_id = "0";
   r.params = sp;
   if (f.count("prompt")) {
+    check_text_flag("prompt", f["prompt"]);
     r.prompt.text = f["prompt"];
   } else {
-    const std::string& s = f["prompt-ids"];
-    size_t start = 0;
-    while (start < s.size()) {
-      size_t comma = s.find(',', start);
-      r.prompt.token_ids.push_back(static_cast<int32_t>(parse_int("prompt-ids", s.substr(start, comma - start))));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+    for (int64_t id : parse_int_list("prompt-ids", f["prompt-ids"], 0, kIntMax)) r.prompt.token_ids.push_back(static_cast<int32_t>(id));
   }
   LLM llm(ec);
   const bool stream = sp.n == 1;
@@ -159,6 +159,8 @@ int cmd_chat(const std::vector<std::string>& args) {
   ChatOptions co;
   if (f.count("thinking")) co.thinking = parse_bool("thinking", f["thinking"]);
   if (f.count("reasoning-effort")) co.reasoning_effort = f["reasoning-effort"];
+  if (f.count("system")) check_text_flag("system", f["system"]);
+  check_text_flag("reasoning-effort", co.reasoning_effort);
   LLM llm(ec);
   std::vector<ChatMessage> conv;
   if (f.count("system")) conv.push_back({"system", f["system"], ""});
@@ -166,6 +168,11 @@ int cmd_chat(const std::vector<std::string>& args) {
   for (std::string line;;) {
     if (tty) std::fprintf(stderr, "> ");
     if (!std::getline(std::cin, line) || line.empty()) break;
+    if (const size_t at = tokenizer::find_invalid_utf8(line); at != std::string::npos) {
+      // One bad line does not end the conversation: it is reported and left out.
+      std::fprintf(stderr, "deepinfer: error: input line: invalid UTF-8 at byte offset %zu; line ignored\n", at);
+      continue;
+    }
     conv.push_back({"user", line, ""});
     Request r;
     r.messages = conv;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_input.h"
 #include "tokenizer/tokenizer.h"
 
 // The reference encoder works in passes; this file keeps them apart in the same order:
@@ -300,8 +301,11 @@ std::string render_call(const Json& call, const std::string& where) {
   if (!args) fail(where + ".function.arguments", "missing");
   Json parsed;
   if (args->is_string()) {
+    const std::string& text = args->get_ref<const std::string&>();
+    if (json_text_depth(text) > kMaxJsonDepth)
+      fail(where + ".function.arguments", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     try {
-      parsed = Json::parse(args->get_ref<const std::string&>());
+      parsed = Json::parse(text);
     } catch (const nlohmann::json::exception& e) {
       fail(where + ".function.arguments", std::string("not valid JSON: ") + e.what());
     }
@@ -512,6 +516,9 @@ void append_tools_and_format(std::string& out, const Turn& t) {
 std::string encode_chat(const nlohmann::ordered_json& messages, const ChatOptions& options) {
   if (!messages.is_array())
     throw Error(std::string("chat messages: expected a JSON array of message objects, got ") + messages.type_name());
+  // The checks and the renderer below recurse once per nesting level.
+  check_json_depth(messages, "chat messages");
+  check_json_depth(options.tools, "options.tools");
   const int budget = effort_budget(options);  // validated in both modes, like the reference
 
   std::vector<Turn> turns;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -163,6 +164,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& text, co
   } catch (const nlohmann::json::exception& e) {
     throw Error(source + ": malformed tokenizer.json: " + e.what());
   }
+  for (int32_t id = 0; id < t->vocab_size_; ++id)
+    t->max_token_bytes_ = std::max(t->max_token_bytes_, t->token_bytes(id).size());
+  // Every token then consumes at most max_token_bytes_ bytes of the text, unless a normaliser
+  // rewrites it or an added token swallows the white space around it.
+  t->bytes_bound_tokens_ = t->normalizer_.empty();
+  for (const auto& a : t->added_) t->bytes_bound_tokens_ = t->bytes_bound_tokens_ && !a.lstrip && !a.rstrip;
   // BOS/EOS by DeepSeek's conventional names.
   if (auto b = t->token_to_id("<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>")) t->bos_ = *b;
   if (auto e = t->token_to_id("<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>")) t->eos_ = *e;
@@ -217,13 +224,28 @@ int Tokenizer::find_added(std::string_view text, size_t from, size_t* begin, siz
   return -1;
 }
 
-void Tokenizer::encode_segment(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::encode_segment(std::string_view text, std::vector<int32_t>& out, size_t limit) const {
   if (text.empty()) return;
   const std::string norm = normalizer_.empty() ? std::string(text) : normalizer_.apply(text);
-  for (const auto& piece : pre_.split(norm)) bpe_.encode(piece, out);
+  for (const auto& piece : pre_.split(norm)) {
+    bpe_.encode(piece, out);
+    if (out.size() > limit) return;
+  }
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  return encode(text, add_special_tokens, std::numeric_limits<size_t>::max());
+}
+
+std::optional<size_t> Tokenizer::max_bytes_for(size_t n_tokens) const {
+  if (!bytes_bound_tokens_) return std::nullopt;
+  if (n_tokens > std::numeric_limits<size_t>::max() / max_token_bytes_) return std::nullopt;
+  return n_tokens * max_token_bytes_;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens, size_t limit) const {
+  // The regexes run with PCRE2_NO_UTF_CHECK: text that is not UTF-8 must never reach them.
+  check_utf8(text, "text");
   std::vector<int32_t> out;
   if (add_special_tokens) out.insert(out.end(), post_prefix_.begin(), post_prefix_.end());
   size_t pos = 0;
@@ -231,13 +253,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
     size_t b = 0, e = 0;
     const int k = added_.empty() ? -1 : find_added(text, pos, &b, &e);
     if (k < 0) {
-      encode_segment(text.substr(pos), out);
+      encode_segment(text.substr(pos), out, limit);
       break;
     }
-    encode_segment(text.substr(pos, b - pos), out);
+    encode_segment(text.substr(pos, b - pos), out, limit);
     out.push_back(added_[static_cast<size_t>(k)].id);
     pos = e;
+    if (out.size() > limit) return out;
   }
+  if (out.size() > limit) return out;
   if (add_special_tokens) out.insert(out.end(), post_suffix_.begin(), post_suffix_.end());
   return out;
 }

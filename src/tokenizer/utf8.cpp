@@ -1,5 +1,9 @@
 #include "tokenizer/utf8.h"
 
+#include <cstdio>
+
+#include "core/error.h"
+
 namespace deepinfer::tokenizer {
 
 const std::array<char32_t, 256>& byte_to_unicode() {
@@ -123,6 +127,30 @@ size_t complete_utf8_prefix(std::string_view bytes) {
     return n;
   }
   return n;
+}
+
+size_t find_invalid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    // ASCII runs are the common case: skip them a byte at a time without decoding.
+    if (byte_at(s, i) < 0x80) {
+      ++i;
+      continue;
+    }
+    char32_t cp;
+    const size_t n = decode_utf8(s, i, &cp);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+void check_utf8(std::string_view s, const std::string& field) {
+  const size_t at = find_invalid_utf8(s);
+  if (at == std::string_view::npos) return;
+  char hex[8];
+  std::snprintf(hex, sizeof(hex), "0x%02X", byte_at(s, at));
+  throw Error(field + ": invalid UTF-8 at byte offset " + std::to_string(at) + " (byte " + hex + ")");
 }
 
 }  // namespace deepinfer::tokenizer

@@ -32,3 +32,15 @@ std::string utf8_lossy(std::string_view bytes);
 size_t complete_utf8_prefix(std::string_view bytes);
 
 }  // namespace deepinfer::tokenizer
+
+namespace deepinfer::tokenizer {
+
+// Byte offset of the first byte that does not begin a valid UTF-8 sequence (an overlong form,
+// a surrogate, a code point past U+10FFFF, a stray continuation byte or a truncated
+// sequence), or std::string_view::npos when all of `s` is valid UTF-8.
+size_t find_invalid_utf8(std::string_view s);
+// Throws deepinfer::Error "<field>: invalid UTF-8 at byte offset N (byte 0xXX)" unless `s` is
+// valid UTF-8. Every text that reaches the tokenizer's regexes must pass this first.
+void check_utf8(std::string_view s, const std::string& field);
+
+}  // namespace deepinfer::tokenizer

@@ -555,4 +555,122 @@ TEST_F(Cli, LogitsAndInfoBadArguments) {
   bytes += header + std::string(8, '\xff');
   std::ofstream(path("u8.npy"), std::ios::binary) << bytes;
   EXPECT_THAT(expect_error(logits_args(kCed, path("u8.npy"))), HasSubstr("value 18446744073709551615 at index 0 does not fit in int64"));
+
+// ---- Inputs typed on the command line or sent in run-batch files ----
+
+TEST_F(Cli, IntegerAndFloatFlagsAreRangeChecked) {
+  const std::string model = std::string(DEEPINFER_TEST_DATA) + "/v41/full";
+  const std::string gen = "generate --model " + quote(model) + " --prompt hi ";
+  struct Case {
+    std::string flags, expect;
+  };
+  const std::vector<Case> cases = {
+      {"--max-tokens 4294967297", "flag --max-tokens: expected an integer in [1, 2147483647], got '4294967297'"},
+      {"--max-tokens 0", "flag --max-tokens: expected an integer in [1, 2147483647], got '0'"},
+      {"--max-tokens 99999999999999999999", "flag --max-tokens: expected an integer in [1, 2147483647]"},
+      {"--max-tokens ' 5'", "flag --max-tokens"},
+      {"--max-tokens +5", "flag --max-tokens"},
+      {"--max-tokens 5x", "flag --max-tokens"},
+      {"--min-tokens -1", "flag --min-tokens"},
+      {"--n 4294967298", "flag --n: expected an integer in [1, 1024], got '4294967298'"},
+      {"--top-k -2", "flag --top-k"},
+      {"--logprobs 4294967296", "flag --logprobs: expected an integer in [0, 20]"},
+      {"--request-seed -1", "flag --request-seed: expected an integer in [0, 18446744073709551615], got '-1'"},
+      {"--request-seed 18446744073709551616", "flag --request-seed"},
+      {"--seed -5", "flag --seed"},
+      {"--threads 4294967297", "flag --threads: expected an integer in [0, 1024]"},
+      {"--max-num-batched-tokens 0", "flag --max-num-batched-tokens"},
+      {"--max-num-seqs -1", "flag --max-num-seqs"},
+      {"--memory-budget -1", "flag --memory-budget: expected an integer >= 0"},
+      {"--memory-fraction 1.5", "flag --memory-fraction: expected a number in [0, 1]"},
+      {"--max-model-len 0", "flag --max-model-len: expected an integer >= 1"},
+      {"--max-model-len 2048", "max_model_len = 2048 is longer than the model's max_position_embeddings = 1024"},
+      {"--temperature 1e39", "flag --temperature: expected a number in [0, "},
+      {"--temperature nan", "flag --temperature: expected a number, got 'nan'"},
+      {"--temperature inf", "flag --temperature"},
+      {"--top-p 2", "flag --top-p: expected a number in [0, 1]"},
+      {"--presence-penalty 1e300", "flag --presence-penalty"},
+      {"--repetition-penalty 1e39", "flag --repetition-penalty"},
+      {"--stop-token-ids 1,4294967297", "flag --stop-token-ids: expected an integer in [0, 2147483647], got '4294967297'"},
+      {"--stop-token-ids 1,,2", "flag --stop-token-ids"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.flags);
+    EXPECT_THAT(expect_error(gen + c.flags), HasSubstr(c.expect));
+  }
+  EXPECT_THAT(expect_error("generate --model " + quote(model) + " --prompt-ids 5,4294967301"), HasSubstr("flag --prompt-ids"));
+  EXPECT_THAT(expect_error("generate --model " + quote(model) + " --prompt-ids 5,-1"), HasSubstr("flag --prompt-ids"));
+  EXPECT_THAT(expect_error("detokenize --model " + quote(model) + " --ids 4294967297"), HasSubstr("flag --ids: expected an integer in [0, 1023]"));
+  EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "--top 4294967297")), HasSubstr("flag --top"));
+  EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "--chunks 4294967297")), HasSubstr("flag --chunks"));
+}
+
+TEST_F(Cli, TextThatIsNotUtf8ExitsTwoNamingTheFlag) {
+  const std::string model = std::string(DEEPINFER_TEST_DATA) + "/v41/full";
+  EXPECT_THAT(expect_error("tokenize --model " + quote(model) + " --text \"$(printf 'ab\\377')\""),
+              HasSubstr("flag --text: invalid UTF-8 at byte offset 2 (byte 0xFF)"));
+  EXPECT_THAT(expect_error("tokenize --model " + quote(model) + " --text \"$(printf '\\355\\240\\200')\""), HasSubstr("byte offset 0"));
+  std::ofstream(path("bad.txt"), std::ios::binary) << "fine\n\xc3(";
+  EXPECT_THAT(expect_error("tokenize --model " + quote(model) + " --file " + quote(path("bad.txt"))),
+              HasSubstr("bad.txt: invalid UTF-8 at byte offset 5"));
+  EXPECT_THAT(expect_error("generate --model " + quote(model) + " --prompt \"$(printf 'x\\300\\257')\" --max-tokens 2"),
+              HasSubstr("flag --prompt: invalid UTF-8 at byte offset 1"));
+  EXPECT_THAT(expect_error("generate --model " + quote(model) + " --prompt hi --stop \"$(printf '\\376')\" --max-tokens 2"),
+              HasSubstr("flag --stop: invalid UTF-8 at byte offset 0"));
+  EXPECT_THAT(expect_error("chat --model " + quote(model) + " --system \"$(printf 's\\370')\" </dev/null"), HasSubstr("flag --system: invalid UTF-8"));
+  // Valid text still works.
+  const Outcome ok = run("tokenize --model " + quote(model) + " --text \"$(printf 'caf\\303\\251')\"");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  // An interactive chat line that is not UTF-8 is reported and skipped; the next one is answered.
+  std::ofstream(path("chat.txt"), std::ios::binary) << "bad \xff line\nhello\n";
+  const Outcome chat = run("chat --model " + quote(model) + " --max-tokens 2 <" + quote(path("chat.txt")));
+  EXPECT_EQ(chat.code, 0) << chat.err;
+  EXPECT_THAT(chat.err, HasSubstr("input line: invalid UTF-8 at byte offset 4; line ignored"));
+  EXPECT_FALSE(chat.out.empty());
+}
+
+TEST_F(Cli, PromptLongerThanMaxModelLen) {
+  const std::string model = std::string(DEEPINFER_TEST_DATA) + "/v41/full";
+  EXPECT_THAT(expect_error("generate --model " + quote(model) + " --prompt-ids 5,6,7 --max-tokens 2 --max-model-len 4"),
+              HasSubstr("prompt too long: 3 prompt tokens + max_tokens 2 = 5 tokens, more than the maximum model length (max_model_len) = 4"));
+  const Outcome ok = run("generate --model " + quote(model) + " --prompt-ids 5,6,7 --max-tokens 1 --max-model-len 4");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+TEST_F(Cli, RunBatchBadLinesFailAloneAndTheRestComplete) {
+  const std::string model = std::string(DEEPINFER_TEST_DATA) + "/v41/full";
+  std::ofstream in(path("in.jsonl"), std::ios::binary);
+  in << R"({"custom_id":"ok1","body":{"prompt":"hello","max_tokens":2}})" << "\n";
+  in << R"({"custom_id":"utf","body":{"prompt":"a)" << "\xff" << R"("}})" << "\n";
+  in << R"({"custom_id":"deep","body":{"messages":)" << std::string(100000, '[') << std::string(100000, ']') << "}}\n";
+  in << R"({"custom_id":"tl","body":{"prompt":"x","logprobs":true,"top_logprobs":"abc"}})" << "\n";
+  in << R"({"custom_id":"n","body":{"prompt":"x","n":1.5}})" << "\n";
+  in << R"({"custom_id":"huge","body":{"prompt":"x","max_tokens":4294967297}})" << "\n";
+  in << R"({"custom_id":"long","body":{"prompt_token_ids":[5,6,7,8],"max_tokens":2000}})" << "\n";
+  in << R"({"custom_id":"big","body":{"prompt":")" << std::string((64u << 20) + 10, 'a') << "\"}}\n";
+  in << R"({"custom_id":"ok2","body":{"prompt_token_ids":[5,6],"max_tokens":3}})" << "\n";
+  in.close();
+  const Outcome r = run("run-batch --model " + quote(model) + " --input " + quote(path("in.jsonl")) + " --output " + quote(path("out.jsonl")));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream out(path("out.jsonl"));
+  std::vector<nlohmann::json> lines;
+  for (std::string l; std::getline(out, l);) lines.push_back(nlohmann::json::parse(l));
+  ASSERT_EQ(lines.size(), 9u);
+  auto error_of = [&](size_t i) { return lines[i].contains("error") ? lines[i]["error"]["message"].get<std::string>() : std::string(); };
+  EXPECT_EQ(lines[0]["custom_id"], "ok1");
+  EXPECT_EQ(lines[0]["response"]["token_ids"].size(), 2u);
+  EXPECT_EQ(lines[8]["custom_id"], "ok2");
+  EXPECT_EQ(lines[8]["response"]["token_ids"].size(), 3u);
+  EXPECT_THAT(error_of(1), HasSubstr("line 2: invalid UTF-8 at byte offset 38"));
+  EXPECT_THAT(error_of(2), HasSubstr("line 3: JSON nested deeper than 128 levels"));
+  EXPECT_THAT(error_of(3), HasSubstr("body.top_logprobs: expected an integer, got \"abc\""));
+  EXPECT_THAT(error_of(4), HasSubstr("body.n: expected an integer, got 1.5"));
+  EXPECT_THAT(error_of(5), HasSubstr("body.max_tokens: must be in [1, 2147483647], got 4294967297"));
+  EXPECT_THAT(error_of(6), HasSubstr("prompt too long: 4 prompt tokens + max_tokens 2000"));
+  EXPECT_THAT(error_of(7), HasSubstr("line 8: 67108914 bytes, more than the limit of 67108864 bytes per line"));
+  EXPECT_EQ(lines[7]["custom_id"], "line 8");
+  // An input that is a directory is a clear error, not an I/O exception (status 1).
+  EXPECT_THAT(expect_error("run-batch --model " + quote(model) + " --input " + quote(path("")) + " --output " + quote(path("o.jsonl"))),
+              HasSubstr("Is a directory"));
+  EXPECT_THAT(expect_error("tokenize --model " + quote(model) + " --file " + quote(path(""))), HasSubstr("is a directory"));
 }

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Builds the fuzz targets with clang (libFuzzer + ASan + UBSan) and runs each for a bounded
 # time (or RUNS=N executions). Usage: [RUNS=N] tests/fuzz/run_fuzz.sh [SECONDS_PER_TARGET=60] [TARGETS...]
-# Targets: the grammar front ends (ebnf json_schema regex), run-batch's --resume reader (resume)
-# and the file readers (config safetensors npy tokenizer); the default is all of them.
+# Targets: the grammar front ends (ebnf json_schema regex), run-batch's --resume reader (resume),
+# the file readers (config safetensors npy tokenizer) and the inputs users send
+# (tokenizer_encode batch_line chat_encoding); the default is all of them.
 # Needs clang (apt-get install clang). Crashes are written to build/fuzz/crashes/<target>/
-# and make the script exit non-zero.
+# and make the script exit non-zero. FUZZ_RUNS=N stops each target after N executions.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-60}
 shift || true
-TARGETS=${*:-"ebnf json_schema regex resume config safetensors npy tokenizer"}
+TARGETS=${*:-"ebnf json_schema regex resume config safetensors npy tokenizer tokenizer_encode batch_line chat_encoding"}
 OUT=build/fuzz
 mkdir -p "$OUT/obj"
 CXX=${CXX_FUZZ:-clang++}
-FLAGS="-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Isrc -Iinclude"
-SRCS="src/api/batch_output.cpp $(ls src/grammar/*.cpp) $(ls src/tokenizer/*.cpp) src/core/dtype.cpp src/core/npy.cpp src/core/thread_pool.cpp src/core/rng.cpp src/core/numpy_rng.cpp src/loader/config.cpp src/loader/safetensors.cpp"
+FLAGS="-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Isrc -Iinclude -Itests -DDEEPINFER_TEST_DATA=\"$PWD/tests/data\""
+SRCS="src/api/batch_output.cpp src/api/batch_file.cpp $(ls src/types/*.cpp) $(ls src/grammar/*.cpp) $(ls src/tokenizer/*.cpp) src/core/dtype.cpp src/core/npy.cpp src/core/thread_pool.cpp src/core/rng.cpp src/core/numpy_rng.cpp src/loader/config.cpp src/loader/safetensors.cpp"
 OBJS=""
 for s in $SRCS; do
   o="$OUT/obj/$(echo "$s" | tr '/' '_').o"
@@ -27,7 +28,7 @@ done
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-seeds = {"json_schema": [], "regex": [], "ebnf": [], "resume": []}
+seeds = {"json_schema": [], "regex": [], "ebnf": [], "resume": [], "tokenizer_encode": [], "batch_line": [], "chat_encoding": []}
 for f in ["schemas_hand.jsonl", "schemas_generated.jsonl", "schemas_invalid.jsonl"]:
     for line in open(os.path.join("tests/data/grammar", f)):
         seeds["json_schema"].append(json.dumps(json.loads(line)["schema"]))
@@ -82,6 +83,16 @@ seeds["regex"] += ["(" * 200 + "a" + ")" * 200, "(a|" * 150 + "b" + ")" * 150, "
 seeds["ebnf"] += ["".join(f'r{i} ::= "x" r{i + 1}\n' for i in range(250)) + 'r250 ::= "y"\nroot ::= r0\n',
                   'root ::= "a"' + "?" * 3000, "root ::= " + "(" * 250 + '"a"' + ")" * 250,
                   "".join(f"a{i} ::= a{i + 1} | [0-9]\n" for i in range(300)) + 'a300 ::= "e"\nroot ::= a0\n']
+# Input targets: text from the tokenizer corpora, run-batch lines, arbitrary bytes for chats.
+for root, _, files in os.walk("tests/data/tokenizer"):
+    for f in sorted(files)[:20]:
+        data = open(os.path.join(root, f), "rb").read()
+        seeds["tokenizer_encode"] += [data[i:i + 512] for i in range(0, min(len(data), 8192), 512)]
+for line in open("examples/prompts.jsonl", "rb"):
+    seeds["batch_line"].append(line.rstrip(b"\n"))
+seeds["batch_line"] += [b'{"custom_id":"a","body":{"prompt":[1,2],"n":2,"logprobs":true,"top_logprobs":3,"stop":["x"],"seed":5}}',
+                        b'{"custom_id":"b","body":{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object"}}}}}']
+seeds["chat_encoding"] = [bytes(range(i, i + 64)) for i in range(0, 192, 16)]
 for k, items in seeds.items():
     d = os.path.join(out, "seeds", k)
     os.makedirs(d, exist_ok=True)
@@ -92,8 +103,9 @@ status=0
 for t in $TARGETS; do
   $CXX $FLAGS -fsanitize=fuzzer tests/fuzz/fuzz_$t.cpp $OBJS $(pkg-config --libs libpcre2-8 libutf8proc) -o "$OUT/fuzz_$t"
   mkdir -p "$OUT/corpus/$t" "$OUT/crashes/$t"
+  RUNS=${RUNS:-${FUZZ_RUNS:-}}
   LIMIT="-max_total_time=$SECS"
-  if [ -n "${RUNS:-}" ]; then LIMIT="-runs=$RUNS"; fi
+  if [ -n "$RUNS" ]; then LIMIT="-runs=$RUNS"; fi
   DICT=""
   if [ -f "tests/fuzz/$t.dict" ]; then DICT="-dict=tests/fuzz/$t.dict"; fi
   echo "== fuzz_$t ($LIMIT)"
