@@ -542,7 +542,7 @@ TEST_F(Cli, TokensNpyClaimingAHugeShape) {
 }
 
 TEST_F(Cli, LogitsAndInfoBadArguments) {
-  EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "--top -3")), HasSubstr("flag --top: expected 0 or more tokens, got -3"));
+  EXPECT_THAT(expect_error(logits_args(kCed, kTokens, "--top -3")), HasSubstr("flag --top: expected an integer in [0, 2147483647], got '-3'"));
   EXPECT_THAT(expect_error("info --model " + quote(kTokens)), HasSubstr(kTokens + ": not a directory"));
   fs::create_directories(path("empty"));
   EXPECT_THAT(expect_error("info --model " + quote(path("empty"))), HasSubstr("config.json: cannot open (config.json expected): No such file"));
@@ -555,6 +555,7 @@ TEST_F(Cli, LogitsAndInfoBadArguments) {
   bytes += header + std::string(8, '\xff');
   std::ofstream(path("u8.npy"), std::ios::binary) << bytes;
   EXPECT_THAT(expect_error(logits_args(kCed, path("u8.npy"))), HasSubstr("value 18446744073709551615 at index 0 does not fit in int64"));
+}
 
 // ---- Inputs typed on the command line or sent in run-batch files ----
 
