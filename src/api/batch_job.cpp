@@ -10,7 +10,7 @@
 
 #include "api/batch_file.h"
 #include "core/error.h"
-#include "core/rng.h"
+#include "engine/engine.h"
 
 namespace deepinfer::api {
 
@@ -113,10 +113,10 @@ BatchJob::BatchJob(const BatchJobOptions& options) : opts_(options) {
     }
   }
   counts_.skipped = skip;
-  // The engine seeds an unseeded request r of a run with splitmix64(seed ^ splitmix64(r + 1))
-  // (engine.cpp, admit); fixing it here by the input position keeps it when the run starts later.
+  // An unseeded request gets the seed the engine would give it at its input position, so a
+  // resumed run (which starts later in the input) samples as a fresh one.
   for (size_t g = 0; g < all.size(); ++g)
-    if (!all[g].params.seed) all[g].params.seed = core::splitmix64(opts_.engine_seed ^ core::splitmix64(g + 1));
+    if (!all[g].params.seed) all[g].params.seed = engine::request_seed(opts_.engine_seed, g);
   reqs_.assign(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(skip)), std::make_move_iterator(all.end()));
 }
 

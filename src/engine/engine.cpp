@@ -17,6 +17,10 @@ namespace deepinfer::engine {
 
 static_assert(kernels::kDrawGreedyTemperature == sample::kGreedyTemperature, "one greedy threshold");
 
+uint64_t request_seed(uint64_t engine_seed, uint64_t index) {
+  return core::splitmix64(engine_seed ^ core::splitmix64(index + 1));
+}
+
 kernels::DrawParams draw_params(const SamplingParams& p, uint64_t seed, uint64_t step, uint64_t stream) {
   kernels::DrawParams d;
   d.logprobs = p.logprobs ? *p.logprobs : -1;
@@ -146,7 +150,7 @@ void Engine::admit(RunState& rs, std::vector<EngineRequest>& requests) {
       rs.live.push_back(std::move(L));
       continue;
     }
-    const uint64_t base_seed = p.seed ? *p.seed : core::splitmix64(opts_.seed ^ core::splitmix64(r + 1));
+    const uint64_t base_seed = p.seed ? *p.seed : request_seed(opts_.seed, r);
     for (int k = 0; k < p.n; ++k) {
       auto c = std::make_unique<Completion>();
       c->seq.id = next_id++;

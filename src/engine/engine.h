@@ -41,6 +41,9 @@ struct StepOutput;
 
 namespace deepinfer::engine {
 
+// The seed of request `index` (0-based, in run order) of a run whose params give none.
+uint64_t request_seed(uint64_t engine_seed, uint64_t index);
+
 // The backend's draw for params (temperature, top-k, top-p, min-p, logprobs; the rest must not
 // apply) and the uniform the sampler would use for (seed, step, stream): kernels::DrawParams.
 kernels::DrawParams draw_params(const SamplingParams& p, uint64_t seed, uint64_t step, uint64_t stream);
