@@ -1,6 +1,7 @@
 // .npy reading and writing, and its errors.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -61,7 +62,11 @@ std::string npy_bytes(const std::string& dict, const std::string& data = "") {
 }
 
 std::string npy_error(const std::string& bytes) {
-  const std::string p = ::testing::TempDir() + "/crafted.npy";
+  // A folder of the test's own: ctest runs tests in parallel processes that share TempDir().
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::filesystem::create_directories(dir);
+  const std::string p = (dir / "crafted.npy").string();
   { std::ofstream(p, std::ios::binary) << bytes; }
   try {
     core::read_npy(p);
