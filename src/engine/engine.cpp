@@ -235,7 +235,7 @@ void Engine::sample(RunState& rs, const sched::StepPlan& plan, const runner::Ste
   // Rows the sampler draws (the rest came back as the backend's tokens).
   std::vector<size_t> drawn;
   for (size_t i = 0; i < so.sampled.size(); ++i)
-    if (so.token[i] < 0) drawn.push_back(i);
+    if (so.logits_row[i] >= 0) drawn.push_back(i);
   const size_t nd = drawn.size();
   rs.sreqs.assign(nd, {});
   rs.sres.assign(nd, {});
@@ -292,13 +292,16 @@ void Engine::commit(RunState& rs, const sched::StepPlan& plan, const runner::Ste
     Live& L = *rs.live[s.request];
     Completion& c = *L.comps[static_cast<size_t>(s.completion)];
     const size_t row = d;
-    sample::SampleResult* drawn = so.token[i] < 0 ? &rs.sres[d++] : nullptr;
+    sample::SampleResult* drawn = so.logits_row[i] >= 0 ? &rs.sres[d++] : nullptr;
     if (L.failed) continue;  // an earlier row of this step failed the request
     const int64_t step = s.generated();
-    if (drawn && rs.nan_at[row] >= 0) {
+    const bool nan = drawn ? rs.nan_at[row] >= 0 : so.token[i] == kernels::kNoToken;
+    if (nan) {
+      const std::string where = drawn ? ", first at token id " + std::to_string(rs.nan_at[row])
+                                      : ", or no finite value; drawn on the device";
       fail_request(rs, s.request,
                    "NaN in the logits at step " + std::to_string(step) + " (completion " + std::to_string(s.completion) +
-                       ", first at token id " + std::to_string(rs.nan_at[row]) +
+                       where +
                        "): the model's output is not finite; check the checkpoint's weights (the output head "
                        "'head.weight' and the final norm 'norm.weight' first) for NaN or Inf values");
       continue;

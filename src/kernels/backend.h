@@ -443,10 +443,13 @@ struct DrawParams {
 };
 
 // Sampling on the backend: one token per row, only the ids (and requested logprobs) come back.
+// A row with a NaN, or with no value above -inf, has no token: its id is kNoToken (its logprob
+// -inf), and the engine fails the row's request (the host sampler's rule for such rows).
+constexpr int32_t kNoToken = -1;
 struct SampleRowsArgs {
   const float* x = nullptr;              // [rows, cols] fp32 raw logits
   const DrawParams* params = nullptr;    // [rows] backend memory; null: every row greedy
-  int32_t* ids = nullptr;                // [rows]
+  int32_t* ids = nullptr;                // [rows] (kNoToken: see above)
   int64_t rows = 0, cols = 0;
   // For rows whose params ask for logprobs (may be null when none does): [rows] the drawn
   // token's logprob; [rows, max_logprobs] the best ids and logprobs (past the row's count: -1, 0).

@@ -13,7 +13,7 @@ StepOutput ModelRunner::run(const sched::StepPlan& plan, const DrawOnBackend& dr
     if (!plan.chunks[i].sample) continue;
     out.sampled.push_back(i);
     const std::optional<kernels::DrawParams> d = draw_on_backend ? draw_on_backend(*plan.chunks[i].seq) : std::nullopt;
-    out.token.push_back(d ? 0 : -1);
+    out.token.push_back(kernels::kNoToken);
     out.logits_row.push_back(d ? -1 : n_logits++);
     draws.push_back(d.value_or(kernels::DrawParams{}));
   }

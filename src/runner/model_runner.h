@@ -21,11 +21,11 @@ namespace deepinfer::runner {
 
 struct StepOutput {
   std::vector<size_t> sampled;  // indices into plan.chunks that reach their sequence's end
-  // Per sampled row: the token the backend drew (>= 0; no logits came back), or -1 with its
-  // logits at row logits_row[i] of `logits`.
+  // Per sampled row: its logits at row logits_row[i] >= 0 of `logits`, or (logits_row[i] -1)
+  // the token the backend drew, kernels::kNoToken when the row had a NaN or nothing finite.
   std::vector<int32_t> token;
   std::vector<int64_t> logits_row;
-  std::vector<float> logits;    // [rows with token -1, vocab] fp32
+  std::vector<float> logits;    // [rows with logits, vocab] fp32
   // Per sampled row drawn on the backend with logprobs (draw.logprobs = n >= 0): the token's
   // logprob, and the best n ids with their logprobs (empty for the other rows).
   std::vector<float> logprob;

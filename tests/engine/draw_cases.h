@@ -31,16 +31,26 @@ inline std::vector<float> draw_rows(int64_t n_rows, int64_t vocab, uint32_t seed
         case 2: row[i] = std::round(2.0f * z) / 2.0f; break;      // many ties
         case 3: row[i] = 0.05f * z; break;                         // nearly flat: top-p's long path
         case 4: row[i] = 1.0f; break;                              // flat: every weight tied
-        case 5: row[i] = i % 7 == 3 ? nan : 3.0f * z; break;       // NaN as -inf
+        case 5: row[i] = i % 7 == 3 ? nan : 3.0f * z; break;       // a NaN: no token
         case 6: row[i] = i % 11 == 0 ? -inf : (i % 2 ? z : -z); break;
         default: row[i] = i % 3 == 0 ? -inf : 2.0f * z; break;
       }
     }
     if (kind == 6) row[vocab / 3] = row[vocab / 2] = inf;  // +inf shares the mass
     if (kind == 7 && r % 16 == 15)
-      for (int64_t i = 0; i < vocab; ++i) row[i] = i % 2 ? -inf : nan;  // nothing finite: token 0
+      for (int64_t i = 0; i < vocab; ++i) row[i] = -inf;  // nothing finite: no token
   }
   return x;
+}
+
+// Whether the backend's draw gives kernels::kNoToken for the row (a NaN, or nothing above -inf).
+inline bool no_token_row(const float* row, int64_t vocab) {
+  bool any = false;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (std::isnan(row[i])) return true;
+    any = any || row[i] > -std::numeric_limits<float>::infinity();
+  }
+  return !any;
 }
 
 // A grid of params (every third asks for 0..20 logprobs); case c's seed is 1000 + c, its step c % 5.

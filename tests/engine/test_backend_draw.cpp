@@ -1,6 +1,6 @@
 // The backend's draw (kernels::DrawParams through Backend::sample_rows) against the sampler:
 // on the CPU backend, every token and every requested logprob is the one sample::Sampler gives
-// for the same raw row.
+// for the same raw row; a row with a NaN or nothing finite has no token (kNoToken).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,7 +20,7 @@ void expect_sampler_tokens(int64_t rows, int64_t vocab, const std::vector<Sampli
   auto be = kernels::make_cpu_backend(2);
   const std::vector<float> x = deepinfer::testing::draw_rows(rows, vocab, 5);
   sample::Sampler sampler;
-  int64_t checked = 0, sampled = 0, with_logprobs = 0;
+  int64_t checked = 0, sampled = 0, with_logprobs = 0, no_token = 0;
   for (size_t c0 = 0; c0 < grid.size(); c0 += stride) {
     std::vector<kernels::DrawParams> dp(static_cast<size_t>(rows));
     std::vector<int32_t> ids(static_cast<size_t>(rows), -1);
@@ -41,6 +41,14 @@ void expect_sampler_tokens(int64_t rows, int64_t vocab, const std::vector<Sampli
       q.seed = 1000 + c;
       q.step = c % 5;
       const sample::SampleResult res = sampler.sample(q);
+      if (deepinfer::testing::no_token_row(x.data() + r * vocab, vocab)) {  // the engine fails the request
+        ASSERT_EQ(ids[static_cast<size_t>(r)], kernels::kNoToken) << "row " << r << ", case " << c;
+        if (dp[static_cast<size_t>(r)].logprobs >= 0) {
+          EXPECT_EQ(lp[static_cast<size_t>(r)], -INFINITY) << "row " << r;
+        }
+        ++no_token;
+        continue;
+      }
       const int32_t want = res.token;
       if (res.logprob) {  // the sampler's logprobs, bitwise
         EXPECT_EQ(lp[static_cast<size_t>(r)], res.logprob->logprob) << "row " << r << ", case " << c;
@@ -63,6 +71,7 @@ void expect_sampler_tokens(int64_t rows, int64_t vocab, const std::vector<Sampli
   }
   EXPECT_GT(sampled, checked / 2);
   EXPECT_GT(with_logprobs, 0);
+  EXPECT_GT(no_token, 0);
 }
 
 }  // namespace

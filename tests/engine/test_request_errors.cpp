@@ -1,6 +1,6 @@
 // States a request can reach that used to abort the process (internal checks) now fail that
 // request alone with a clear message while the rest of the batch completes: a NaN in the
-// logits (with and without a grammar), an EOS id outside the vocabulary with min_tokens, a
+// logits (with and without a grammar, drawn on the host or the backend), an EOS id outside the vocabulary with min_tokens, a
 // tokenizer larger than the model's vocabulary under a grammar.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -81,16 +81,23 @@ TEST(EngineRequestErrors, NanLogitsFailTheirRequestOnly) {
   plain.n = 2;
   plain.temperature = 1.0f;
   plain.repetition_penalty = 1.1f;  // drawn by the sampler (a backend-drawn row returns no logits to check)
+  SamplingParams on_backend;  // nothing precedes the draw: the backend draws, no logits come back
+  on_backend.max_tokens = 4;
+  on_backend.temperature = 1.0f;
+  SamplingParams greedy = on_backend;
+  greedy.temperature = 0.0f;
   auto outs = llm.generate({Prompt::from_ids({5, kPoison, 9}), Prompt::from_ids({5, 9}), Prompt::from_ids({kPoison}),
-                            Prompt::from_ids({3, 4})},
-                           {grammar, grammar, plain, plain});
-  ASSERT_EQ(outs.size(), 4u);
-  for (size_t r : {0u, 2u}) {
+                            Prompt::from_ids({3, 4}), Prompt::from_ids({kPoison, 3}), Prompt::from_ids({6, 3}),
+                            Prompt::from_ids({4, kPoison}), Prompt::from_ids({6, 4})},
+                           {grammar, grammar, plain, plain, on_backend, on_backend, greedy, greedy});
+  ASSERT_EQ(outs.size(), 8u);
+  for (size_t r : {0u, 2u, 4u, 6u}) {
     EXPECT_THAT(outs[r].error, HasSubstr("NaN in the logits at step 0")) << r;
     EXPECT_THAT(outs[r].error, HasSubstr("head.weight")) << r;
     EXPECT_TRUE(outs[r].finished);
   }
-  for (size_t r : {1u, 3u}) {
+  for (size_t r : {4u, 6u}) EXPECT_THAT(outs[r].error, HasSubstr("drawn on the device")) << r;
+  for (size_t r : {1u, 3u, 5u, 7u}) {
     EXPECT_EQ(outs[r].error, "") << r;
     ASSERT_FALSE(outs[r].outputs.empty()) << r;
     EXPECT_FALSE(outs[r].outputs[0].token_ids.empty()) << r;

@@ -28,25 +28,26 @@ namespace {
 TEST(CudaSelect, GreedyDrawIsTheCpusArgmaxRule) {
   // Vocabulary-wide rows (the released 129280) with planted ties, NaN and all -inf rows.
   Backends b;
-  const int64_t rows = 6, V = 129280;
+  const int64_t rows = 7, V = 129280;
   auto x = randn(static_cast<size_t>(rows * V), 90);
   const float inf = INFINITY, nan = NAN;
   x[0 * V + 70000] = x[0 * V + 90000] = 9.0f;     // tie across threads: the lower id
-  x[1 * V + 5] = nan;                               // NaN ignored
   x[1 * V + 129279] = 8.0f;
-  for (int64_t c = 0; c < V; ++c) x[2 * V + c] = c % 3 ? -inf : nan;  // nothing finite: 0
+  x[2 * V + 100000] = nan;                          // a NaN: no token
   x[3 * V + 17] = inf;                              // +inf wins, the first of two
   x[3 * V + 18] = inf;
   x[4 * V + 129279] = 1e30f;                        // the last id
   x[5 * V + 2019] = x[5 * V + 2020] = 7.0f;         // a tie across the split greedy path's slices
+  for (int64_t c = 0; c < V; ++c) x[6 * V + c] = -inf;  // nothing above -inf: no token
   std::vector<int32_t> cpu(rows);
   b.cpu->sample_rows({.x = x.data(), .ids = cpu.data(), .rows = rows, .cols = V});
   EXPECT_EQ(cpu[0], 70000);
   EXPECT_EQ(cpu[1], 129279);
-  EXPECT_EQ(cpu[2], 0);
+  EXPECT_EQ(cpu[2], kNoToken);
   EXPECT_EQ(cpu[3], 17);
   EXPECT_EQ(cpu[4], 129279);
   EXPECT_EQ(cpu[5], 2019);
+  EXPECT_EQ(cpu[6], kNoToken);
   Dev<float> dx(x);
   Dev<int32_t> dids(static_cast<size_t>(rows)), one(1);
   b.gpu->sample_rows({.x = dx.p, .ids = dids.p, .rows = rows, .cols = V});

@@ -291,16 +291,24 @@ TEST(Ops, GroupedProductStridesDefaultToTheColumnsItTouches) {
 TEST(Ops, GreedyDrawIsTheSamplersArgmaxRule) {
   auto be = kernels::make_cpu_backend(1);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  // ties to the lower id; NaN as -inf; nothing finite -> 0; +inf wins. No params: greedy.
-  std::vector<float> x = {1, 3, 3, 2, nan, 0.5f, nan, -1, -kInf, nan, -kInf, -kInf, 0, kInf, 5, kInf};
-  std::vector<int32_t> ids(4, -1);
-  be->sample_rows({.x = x.data(), .ids = ids.data(), .rows = 4, .cols = 4});
-  EXPECT_EQ(ids, (std::vector<int32_t>{1, 1, 0, 1}));
-  std::vector<kernels::DrawParams> greedy(4);
+  // ties to the lower id; +inf wins; a NaN, or nothing above -inf: no token (the engine fails
+  // the request). No params: greedy.
+  std::vector<float> x = {1, 3, 3, 2, nan, 0.5f, nan, -1, -kInf, nan, -kInf, -kInf, 0, kInf, 5, kInf, -kInf, -kInf, -kInf, -kInf};
+  const std::vector<int32_t> want = {1, kernels::kNoToken, kernels::kNoToken, 1, kernels::kNoToken};
+  std::vector<int32_t> ids(5, 7);
+  be->sample_rows({.x = x.data(), .ids = ids.data(), .rows = 5, .cols = 4});
+  EXPECT_EQ(ids, want);
+  std::vector<kernels::DrawParams> greedy(5);
   greedy[1].top_k = 1;  // ignored at temperature 0
-  ids.assign(4, -1);
-  be->sample_rows({.x = x.data(), .params = greedy.data(), .ids = ids.data(), .rows = 4, .cols = 4});
-  EXPECT_EQ(ids, (std::vector<int32_t>{1, 1, 0, 1}));
+  ids.assign(5, 7);
+  be->sample_rows({.x = x.data(), .params = greedy.data(), .ids = ids.data(), .rows = 5, .cols = 4});
+  EXPECT_EQ(ids, want);
+  std::vector<kernels::DrawParams> hot(5, kernels::DrawParams{.temperature = 1.0f, .u = 0.5});
+  ids.assign(5, 7);
+  be->sample_rows({.x = x.data(), .params = hot.data(), .ids = ids.data(), .rows = 5, .cols = 4});
+  EXPECT_EQ(ids[1], kernels::kNoToken);
+  EXPECT_EQ(ids[2], kernels::kNoToken);
+  EXPECT_EQ(ids[4], kernels::kNoToken);
 }
 
 TEST(Ops, MoePermuteIsAStableSortByExpert) {

@@ -18,8 +18,7 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// Greedy: the largest value, ties to the lowest id; NaN never compares greater (counted as
-// -inf), so a row with nothing finite gives 0.
+// Greedy: the largest value, ties to the lowest id (the row has no NaN: draw_row checks).
 int32_t argmax_row(const float* x, int64_t n) {
   int64_t best = 0;
   float bv = -INFINITY;
@@ -37,15 +36,16 @@ struct Scratch {
   std::vector<core::Ranked> rank;    // [cols] survivors for top-p
 };
 
+// kNoToken for a row with a NaN or nothing above -inf.
 int32_t draw_row(const float* l, int64_t n, const DrawParams& p, Scratch& s) {
-  if (n == 0) return 0;
-  if (!(p.temperature >= kDrawGreedyTemperature)) return argmax_row(l, n);
+  if (n == 0 || std::any_of(l, l + n, [](float v) { return std::isnan(v); })) return kNoToken;
+  const int32_t imax = argmax_row(l, n);
+  const float lmax = l[imax];
+  if (lmax == -INFINITY) return kNoToken;
+  if (!(p.temperature >= kDrawGreedyTemperature)) return imax;
   const double temp = static_cast<double>(p.temperature);
-  const float lmax = l[argmax_row(l, n)];
-  if (lmax == -INFINITY || std::isnan(lmax)) return 0;
   const bool inf_mode = lmax == INFINITY;  // +inf values share all the mass equally
   auto x_of = [&](float v) -> double {
-    if (std::isnan(v)) return kNegInf;
     if (inf_mode) return v == INFINITY ? 0.0 : kNegInf;
     return static_cast<double>(v) / temp;
   };
@@ -95,7 +95,7 @@ void sample_rows(core::ThreadPool& pool, const SampleRowsArgs& a) {
       if (p.logprobs < 0 || !a.logprob) continue;
       lp.resize(static_cast<size_t>(a.cols));
       core::log_softmax(std::span<const float>(row, static_cast<size_t>(a.cols)), lp);
-      a.logprob[r] = a.cols > 0 ? static_cast<float>(lp[static_cast<size_t>(tok)]) : -INFINITY;
+      a.logprob[r] = tok >= 0 ? static_cast<float>(lp[static_cast<size_t>(tok)]) : -INFINITY;
       const auto top = core::top_n(lp, std::min<int64_t>(p.logprobs, a.max_logprobs));
       for (int64_t j = 0; j < a.max_logprobs; ++j) {
         const bool in = j < static_cast<int64_t>(top.size());

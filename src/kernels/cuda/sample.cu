@@ -128,19 +128,23 @@ __device__ void block_best(V& bv, int64_t& bi, V* sv, int64_t* si) {
     }
 }
 
-// The largest value with ties to the lowest id, NaN as -inf; id -1 when nothing is above -inf.
+// The largest value with ties to the lowest id; id -1 when the row has a NaN or nothing is
+// above -inf (no token).
 __device__ void block_argmax(const float* x, int64_t n, float& best_v, int64_t& best_i, Shared& sh) {
   float bv = -INFINITY;
   int64_t bi = -1;
+  int nan = 0;
   for_strided(x, n, [&](int64_t c, float v) {
+    nan |= isnan(v);
     if (v > bv) {
       bv = v;
       bi = c;
     }
   });
+  nan = __syncthreads_or(nan);
   block_best(bv, bi, sh.bv, sh.bi);
   best_v = bv;
-  best_i = bi;
+  best_i = nan ? -1 : bi;
 }
 
 struct Row {
@@ -438,9 +442,9 @@ __device__ int64_t draw_token(const float* l, int64_t n, const DrawParams& p, fl
 
 // Logprobs of a row (core::log_softmax's rule: fp64, NaN as -inf, +inf values sharing the mass)
 // for the drawn token and the best n (value descending, id ascending), by n block passes.
-__device__ void row_logprobs(const float* l, int64_t n, float lmax, int64_t imax, int64_t tok, int top,
+__device__ void row_logprobs(const float* l, int64_t n, float lmax, int64_t tok, int top,
                              float* tok_lp, int32_t* top_ids, float* top_lp, int64_t max_top, Shared& sh) {
-  const bool none = imax < 0, inf_mode = lmax == INFINITY;
+  const bool none = !(lmax > -INFINITY), inf_mode = lmax == INFINITY;  // (a NaN row still ranks its values)
   double lse = 0.0, share = 0.0;
   if (inf_mode) {
     int c = 0;
@@ -457,7 +461,7 @@ __device__ void row_logprobs(const float* l, int64_t n, float lmax, int64_t imax
     if (inf_mode) return v == INFINITY ? share : -INFINITY;
     return static_cast<double>(v) - lse;
   };
-  if (threadIdx.x == 0) *tok_lp = static_cast<float>(lp(l[tok]));
+  if (threadIdx.x == 0) *tok_lp = tok < 0 ? -INFINITY : static_cast<float>(lp(l[tok]));
   // Ranked by the logprob itself (tiny logits can share one), ties by id: core::top_n's order.
   auto key = [&](float v) -> double { return lp(v); };
   const int count = static_cast<int>(min(min(static_cast<int64_t>(top), max_top), n));
@@ -498,7 +502,7 @@ __global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* sc
   float lmax;
   int64_t imax;
   block_argmax(l, a.cols, lmax, imax, sh);
-  int64_t tok = imax < 0 ? 0 : imax;  // greedy, or nothing finite: 0
+  int64_t tok = imax;  // greedy, or no token (kNoToken)
   if (p.temperature >= kDrawGreedyTemperature && imax >= 0) tok = draw_token(l, a.cols, p, lmax, scratch + row * a.cols, sh);
   if (threadIdx.x == 0) {
     a.ids[row] = static_cast<int32_t>(tok);
@@ -506,7 +510,7 @@ __global__ void __launch_bounds__(kT) sample_rows_k(SampleRowsArgs a, double* sc
   }
   if (p.logprobs < 0 || !a.logprob) return;
   __syncthreads();
-  row_logprobs(l, a.cols, lmax, imax, sh.token, p.logprobs, a.logprob + row, a.top_ids + row * a.max_logprobs,
+  row_logprobs(l, a.cols, lmax, sh.token, p.logprobs, a.logprob + row, a.top_ids + row * a.max_logprobs,
                a.top_logprobs + row * a.max_logprobs, a.max_logprobs, sh);
 }
 
@@ -519,6 +523,7 @@ constexpr int64_t kArgmaxSplitRows = 32;
 struct ArgmaxPart {
   float v;
   int64_t i;
+  int nan;  // the slice has a NaN
 };
 __global__ void __launch_bounds__(kT) argmax_part_k(const float* x, int64_t cols, ArgmaxPart* parts) {
   DI_PDL_ENTRY();
@@ -529,30 +534,36 @@ __global__ void __launch_bounds__(kT) argmax_part_k(const float* x, int64_t cols
   const float* l = x + row * cols;
   float bv = -INFINITY;
   int64_t bi = -1;
+  int nan = 0;
   for (int64_t c = c0 + threadIdx.x; c < c1; c += kT) {
     const float v = l[c];
+    nan |= isnan(v);
     if (v > bv) {
       bv = v;
       bi = c;
     }
   }
+  nan = __syncthreads_or(nan);
   block_best(bv, bi, sv, si);
-  if (threadIdx.x == 0) parts[row * gridDim.x + blockIdx.x] = {bv, bi};
+  if (threadIdx.x == 0) parts[row * gridDim.x + blockIdx.x] = {bv, bi, nan};
 }
 __global__ void argmax_final_k(const ArgmaxPart* parts, int32_t* ids) {
   DI_PDL_ENTRY();
   const int64_t row = blockIdx.x;
   float bv = -INFINITY;
   int64_t bi = -1;
+  int nan = 0;
   for (int k = static_cast<int>(threadIdx.x); k < kArgmaxParts; k += 32) {
     const ArgmaxPart p = parts[row * kArgmaxParts + k];
+    nan |= p.nan;
     if (better(p.v, p.i, bv, bi)) {
       bv = p.v;
       bi = p.i;
     }
   }
   warp_best(bv, bi);
-  if (threadIdx.x == 0) ids[row] = static_cast<int32_t>(bi < 0 ? 0 : bi);
+  nan = __any_sync(0xffffffffu, nan);
+  if (threadIdx.x == 0) ids[row] = nan ? kNoToken : static_cast<int32_t>(bi);
 }
 bool argmax_split(const SampleRowsArgs& a) { return !a.params && a.rows <= kArgmaxSplitRows && a.cols >= 64 * kArgmaxParts; }
 
@@ -572,7 +583,7 @@ void sample_rows(const SampleRowsArgs& a, void* scratch, Stream s) {
     std::abort();
   }
   if (a.cols == 0) {
-    DI_CUDA_CHECK(cudaMemsetAsync(a.ids, 0, static_cast<size_t>(a.rows) * sizeof(int32_t), s));
+    DI_CUDA_CHECK(cudaMemsetAsync(a.ids, 0xFF, static_cast<size_t>(a.rows) * sizeof(int32_t), s));  // kNoToken
     if (a.logprob) {  // nothing to rank: -inf, no top entries
       std::vector<float> lp(static_cast<size_t>(a.rows), -INFINITY);
       DI_CUDA_CHECK(cudaMemcpyAsync(a.logprob, lp.data(), lp.size() * sizeof(float), cudaMemcpyHostToDevice, s));
