@@ -157,8 +157,8 @@ namespace oc = deepinfer::op_cases;
 // Every case the filters let through, timed on the CUDA backend of its precision.
 void cases(bool lab_only, const std::string& family, const std::string& name, bool list) {
   std::map<Precision, std::unique_ptr<Backend>> backends;
-  double decode_ms = 0, decode_bytes = 0;
-  int decode_n = 0;
+  double decode_ms = 0, decode_bytes = 0, fp8_ms = 0, fp8_bytes = 0;
+  int decode_n = 0, fp8_n = 0;
   for (const oc::OpCase& c : oc::all_cases()) {
     const bool lab = (c.use & oc::kLab) != 0;
     if ((lab_only && !lab) || (!family.empty() && c.family != family) ||
@@ -190,7 +190,15 @@ void cases(bool lab_only, const std::string& family, const std::string& name, bo
       decode_bytes += c.bytes;
       ++decode_n;
     }
+    if (c.name.rfind("lab_fp8_decode_m1_", 0) == 0) {
+      fp8_ms += ms;
+      fp8_bytes += c.bytes;
+      ++fp8_n;
+    }
   }
+  if (fp8_n == 7)  // every FP8 dense product of a layer at one token
+    std::printf("decode products, FP8 weights: a layer's dense products %.1f us, %.0f GB/s (%.0f%%)\n", fp8_ms * 1e3,
+                fp8_bytes / fp8_ms / 1e6, 100 * fp8_bytes / fp8_ms * 1e3 / kBw);
   if (decode_n == 8)  // every dense product of a layer (not the head)
     std::printf("decode products: a layer's dense products %.1f us, %.0f GB/s (%.0f%%)\n", decode_ms * 1e3, decode_bytes / decode_ms / 1e6,
                 100 * decode_bytes / decode_ms * 1e3 / kBw);

@@ -3,10 +3,10 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, sweep, ab, engine, profile, kernels, trace, detail, check, probe, baseline,
+#   stages: test (default), bench, lab, sweep, ab, engine, profile, kernels, trace, detail, check, probe, baseline,
 #   all (all but baseline, kernels, trace, detail and probe);
 #   BENCH_ARGS are passed to bench/bench_device (also under sweep, once per setting of SWEEP),
-#   TRACE_ARGS to it under the trace
+#   TRACE_ARGS to it under the trace, LAB_ARGS to bench/bench_cuda_ops under lab (e.g. "--lab --family linear")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/device-out}
@@ -63,6 +63,11 @@ for stage in $STAGES; do
       echo "== model on the device: bench_device ${BENCH_ARGS:-}" >> "$R"
       # shellcheck disable=SC2086
       ./build/cuda/bench/bench_device ${BENCH_ARGS:-} >> "$R" 2>&1
+      ;;
+    lab)
+      echo "== kernel lab ${LAB_ARGS:-}" >> "$R"
+      # shellcheck disable=SC2086
+      ./build/cuda/bench/bench_cuda_ops ${LAB_ARGS:-} >> "$R" 2>&1
       ;;
     sweep)
       # bench_device once per setting of SWEEP: settings separated by ';', each a list of

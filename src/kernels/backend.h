@@ -387,7 +387,8 @@ struct MoePermuteArgs {
 struct GroupedMatmulArgs {
   const float* x = nullptr;          // [rows, k] fp32, rows grouped by expert
   const WeightView* w = nullptr;     // [experts] host array of views, each [n, k] (any formats; CUDA's
-                                     // tensor-core path needs them all bf16, 16-byte aligned)
+                                     // tensor-core path needs them all in one of bf16, FP8 32x32
+                                     // blocks or MXFP4, 16-byte aligned)
   const int32_t* offsets = nullptr;  // [experts + 1] in backend memory (MoePermuteArgs.offsets)
   float* y = nullptr;                // [rows, n] fp32
   int64_t rows = 0, n = 0, k = 0, experts = 0;

@@ -113,7 +113,8 @@ void moe_permute(const MoePermuteArgs& a, Stream s);
 // along grid x. Each part's k segments are the ones it has alone (gemm_split.h), so its bits
 // are the same as in a launch of its own.
 struct Bf16Part {
-  const __nv_bfloat16* w_dense = nullptr;  // [n, k]
+  const void* w_dense = nullptr;           // [n, k] in Bf16Gemm::w_format (+ w_scale)
+  const uint8_t* w_scale = nullptr;
   const WeightView* w_table = nullptr;     // grouped: [experts] (device)
   float* y = nullptr;                      // [m, ldy]
   int64_t ldy = 0;
@@ -129,7 +130,15 @@ struct Bf16Gemm {
   const float* x_f32 = nullptr;      // [m, ldx] float32 (rounded in the kernel; see gemm_bf16_takes_f32;
                                      // y must not overlap it: blocks read x while others write y)
   int64_t ldx = 0;
-  const __nv_bfloat16* w_dense = nullptr;  // [n, k] (+ g * w_group_stride)
+  // The weights' stored format, the same for every weight of the launch: bf16, or FP8 e4m3
+  // (32x32 blocks) or MXFP4 codes decoded into bf16 on their way to the tensor cores (exact:
+  // the same products as on the weights dequantised to bf16). Dense FP8 / MXFP4 weights:
+  // w_dense and w_scale are the matrix's first row and its scales, w_row0 the first row used
+  // (a multiple of 32 for FP8 blocks); bf16 ones: w_dense is the first row used.
+  WeightFormat w_format = WeightFormat::kBF16;
+  const void* w_dense = nullptr;  // [n, k] (+ g * w_group_stride elements)
+  const uint8_t* w_scale = nullptr;
+  int64_t w_row0 = 0;
   const WeightView* w_table = nullptr;     // grouped: [experts]
   const int32_t* offsets = nullptr;        // grouped: [experts + 1]
   const int32_t* x_rows = nullptr;         // grouped, bf16 x: row r of the product reads x row x_rows[r]
@@ -155,6 +164,10 @@ struct Bf16Gemm {
 // (ops on one stream share one buffer).
 constexpr int64_t kGemmCounters = 1 << 16;
 bool gemm_bf16_fits(int64_t n, int64_t k);
+// Whether the bf16 GEMM reads weights stored as `f` whose codes start at `codes` (16-byte
+// aligned), as the first row used `row0` of a matrix of k columns: bf16 (k a multiple of 32),
+// FP8 32x32 blocks (row0 a multiple of 32) and MXFP4 (k a multiple of 128 for both).
+bool gemm_bf16_reads(WeightFormat f, const void* codes, int64_t row0, int64_t k);
 // The k segment length of a product (gemm_split.h).
 int gemm_bf16_split(const Bf16Gemm& p);
 // Whether the launch reads x as float32 (x_f32, 16-byte aligned rows and group strides): dense

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/linear.cuh"
@@ -26,11 +28,52 @@ __device__ inline void cp_async16_ef(void* smem, const void* gmem, bool pred, ui
   const int n = pred ? 16 : 0;
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(gmem), "r"(n), "l"(pol));
 }
+// 4 bytes (the copy through L1: cp.async's only form below 16 bytes).
+__device__ inline void cp_async4(void* smem, const void* gmem, bool pred) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(pred ? 4 : 0));
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+// Stored weight codes to bf16 mma operands (exact: e4m3 and e2m1 values times a power of two
+// have at most 4 significant bits). A ue8m0 scale byte as float (255: NaN).
+__device__ __forceinline__ float e8m0_f32(uint32_t v) {
+  return v == 255u ? __int_as_float(0x7FC00000) : v == 0u ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(v << 23));
+}
+// Two e4m3 codes (the low byte first) times s, as the bf16 pair of an mma operand.
+__device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint16_t c, float s) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(c), __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return pack_bf16(f.x * s, f.y * s);
+}
+// An e2m1 code (sign in bit 3; code 8 is +0, as d_e2m1_to_f32) as float.
+__device__ __forceinline__ float e2m1_f32(uint32_t c) {
+  const uint32_t m = c & 7u;
+  const float v = m < 2u ? 0.5f * static_cast<float>(m) : __int_as_float(static_cast<int>((((m >> 1) + 126u) << 23) | ((m & 1u) << 22)));
+  return (c & 8u) && m ? -v : v;
+}
+// A byte of two e2m1 codes (the low nibble first) times s, as a bf16 pair.
+__device__ __forceinline__ uint32_t e2m1x2_bf16x2(uint32_t b, float s) { return pack_bf16(e2m1_f32(b & 15u) * s, e2m1_f32(b >> 4) * s); }
+
+// Shared memory of a launch: per stage the x slice (bf16) and the weight slice (bf16; or, WQ,
+// the stored codes and their scales).
+template <int BM, int BN, int BK, int STAGES, bool WG, int WQ>
+struct GemmSmem {
+  static constexpr int LDS = BK + 8;                                  // bf16 row stride (elements)
+  static constexpr int RB = WQ == 2 ? BK / 2 : BK;                    // WQ: code bytes of a row's slice
+  static constexpr int LDQ = RB + 16;                                 // their row stride (bytes; distinct banks)
+  static constexpr int KB = BK / 32;                                  // scale columns of a slice
+  static constexpr int SROWS = WQ == 1 ? (BN + 31) / 32 : BN;         // scale rows of a slice
+  static constexpr int SA = WG ? BM * BK : BM * LDS;                  // a stage's x elements
+  static constexpr int SB = WG ? BN * BK : BN * LDS;                  // a stage's bf16 weight elements
+  static constexpr int SBB = WQ ? BN * LDQ : SB * 2;                  // a stage's weight bytes
+  static constexpr int SSB = WQ ? (SROWS * KB + 15) / 16 * 16 : 0;    // a stage's scale bytes
+  static constexpr int bytes = STAGES * (SA * 2 + SBB + SSB) + (WG ? 1024 : 0);
+};
+
 // XF: x is float32 (p.x_f32), rounded to bf16 on its way into shared memory (through registers,
 // loaded before a slice's products and stored after them), as to_bf16 would.
 // WG (sm_90a): the products by warpgroups (wgmma m64nBNk16, each warpgroup 64 rows x BN columns,
@@ -40,7 +83,11 @@ __device__ inline void cp_async_wait() {
 // read, so STAGES - 2 slices are in flight). An element keeps mma.sync's bits (the same k16
 // steps in the same order: tools/wgmma_probe.cu, and the tilings' bitwise tests). Folding only
 // at BN 128 (the second set of accumulators).
-template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool FOLD, bool XF, bool WG = false>
+// WQ (1: FP8 e4m3 in 32x32 blocks, 2: MXFP4): the weights' codes staged as stored (half or a
+// quarter of the bytes) with their scales (4 bytes a row, or a 32-row block, of a BK 128 slice:
+// k a multiple of 128), in the same copies' groups; each mma operand pair decoded from them
+// (mma.sync tilings only).
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool FOLD, bool XF, bool WG = false, int WQ = 0>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p, int ks) {
   // Dense: the weights' first slices are requested before the programmatic wait (nothing
   // writes them); every other access, and the grouped tile search, after it.
@@ -50,13 +97,17 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   static_assert(!WG || (WARPS_N == 1 && TM == 16 && (BN == 128 || (BN == 256 && !FOLD)) && BK == 64 && WARPS_M % 4 == 0 &&
                         !XF && STAGES > 2),
                 "warpgroup tiling");
-  constexpr int SA = WG ? BM * BK : BM * LDS, SB = WG ? BN * BK : BN * LDS;  // a stage's elements
+  static_assert(!(WG && WQ) && (!WQ || BK == 128), "stored-format weights on the mma.sync tilings of 128-wide slices");
+  using SM = GemmSmem<BM, BN, BK, STAGES, WG, WQ>;
+  constexpr int SA = SM::SA, SB = SM::SB, SBB = SM::SBB, SSB = SM::SSB, LDQ = SM::LDQ, KB = SM::KB;
   constexpr int PRE = WG ? STAGES - 2 : STAGES - 1;                          // slices loaded ahead
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // WG: the tiles 1024-byte aligned (the swizzle's atoms; launch_gemm adds the room).
   const uint32_t pad = WG ? (1024 - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024 : 0;
   __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem_raw + pad);  // [STAGES][SA]
-  __nv_bfloat16* sB = sA + STAGES * SA;                                  // [STAGES][SB]
+  unsigned char* sBq = reinterpret_cast<unsigned char*>(sA + STAGES * SA);  // [STAGES][SBB]
+  __nv_bfloat16* sB = reinterpret_cast<__nv_bfloat16*>(sBq);             // [STAGES][SB] (bf16 weights)
+  unsigned char* sS = sBq + STAGES * SBB;                                // [STAGES][SSB] (WQ scales)
   __shared__ int s_e, s_row0, s_rows;
   __shared__ int s_xrow[BM];  // p.x_rows: the x row each of the tile's rows reads
   const int K = p.k;
@@ -68,7 +119,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   // the parts' column tiles x k segments), or the launch's one product (grid x its column
   // tiles; grid z its groups, times its k segments when split).
   int N = p.n, S = (K + ks - 1) / ks, g = 0, seg = 0, tx = bx;
-  const __nv_bfloat16* Wb = p.w_dense;
+  const void* Wb = p.w_dense;
+  const uint8_t* Wsc = p.w_scale;
   const WeightView* table = p.w_table;
   float* Yb = p.y;
   int64_t ldy = p.ldy, counter_at = 0;
@@ -82,6 +134,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       N = q.n;
       ks = q.ks;
       Wb = q.w_dense;
+      Wsc = q.w_scale;
       table = q.w_table;
       Yb = q.y;
       ldy = q.ldy;
@@ -102,7 +155,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   if (p.offsets) {
     DI_PDL_WAIT();
     if (!find_tile<BM>(p.offsets, p.experts, by, &s_e, &s_row0, &s_rows)) return;
-    Wb = static_cast<const __nv_bfloat16*>(table[s_e].data);
+    Wb = table[s_e].data;
+    Wsc = table[s_e].scale;
   } else {
     if (threadIdx.x == 0) {
       s_row0 = by * BM;
@@ -121,7 +175,11 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   }
   const __nv_bfloat16* A = XF ? nullptr : p.x + (gathered ? g * p.x_group_stride : a_off);
   const float* AF = XF ? p.x_f32 + a_off : nullptr;
-  const __nv_bfloat16* B = Wb + g * p.w_group_stride + static_cast<int64_t>(n0) * K;
+  const __nv_bfloat16* B = WQ ? nullptr : static_cast<const __nv_bfloat16*>(Wb) + g * p.w_group_stride + static_cast<int64_t>(n0) * K;
+  // WQ: the tile's first weight row (dense: from the matrix's row 0), its codes and scales.
+  const int64_t wrow = (p.offsets ? 0 : p.w_row0 + g * (p.w_group_stride / K)) + n0;
+  const unsigned char* Bq = WQ ? static_cast<const unsigned char*>(Wb) + wrow * (WQ == 2 ? K / 2 : K) : nullptr;
+  const uint8_t* Bs = WQ ? Wsc + (WQ == 1 ? wrow / 32 : wrow) * (K / 32) : nullptr;
   float* Y = Yb + static_cast<int64_t>(row0) * ldy + g * p.y_group_stride + n0;
   const int SEG = ks / BK;  // slices per segment
   const int kt0 = split ? seg * SEG : 0, kt1 = split ? min(K / BK, kt0 + SEG) : K / BK, KT = kt1 - kt0;
@@ -155,13 +213,29 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   if (p.stream_w) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
   auto load_b = [&](int stage, int kt) {  // kt counts from kt0
     const int k0 = (kt0 + kt) * BK;
-    for (int c = threadIdx.x; c < BN * CH; c += kThreads) {
-      const int r = c / CH, ch = c % CH;
-      const bool ok = r < ncols;
-      void* dst = sB + stage * SB + (WG ? sw128_at(r, ch) : r * LDS + ch * 8);
-      const void* src = B + static_cast<int64_t>(ok ? r : 0) * K + k0 + ch * 8;
-      if (p.stream_w) cp_async16_ef(dst, src, ok, pol);
-      else cp_async16(dst, src, ok);
+    if constexpr (WQ != 0) {
+      constexpr int QCH = SM::RB / 16;
+      const int64_t rb = WQ == 2 ? K / 2 : K, kb0 = WQ == 2 ? k0 / 2 : k0;
+      for (int c = threadIdx.x; c < BN * QCH; c += kThreads) {
+        const int r = c / QCH, ch = c % QCH;
+        const bool ok = r < ncols;
+        void* dst = sBq + stage * SBB + r * LDQ + ch * 16;
+        const void* src = Bq + static_cast<int64_t>(ok ? r : 0) * rb + kb0 + ch * 16;
+        cp_async16(dst, src, ok);
+      }
+      for (int r = threadIdx.x; r < SM::SROWS; r += kThreads) {
+        const bool ok = (WQ == 1 ? r * 32 : r) < ncols;
+        cp_async4(sS + stage * SSB + r * KB, Bs + static_cast<int64_t>(ok ? r : 0) * (K / 32) + k0 / 32, ok);
+      }
+    } else {
+      for (int c = threadIdx.x; c < BN * CH; c += kThreads) {
+        const int r = c / CH, ch = c % CH;
+        const bool ok = r < ncols;
+        void* dst = sB + stage * SB + (WG ? sw128_at(r, ch) : r * LDS + ch * 8);
+        const void* src = B + static_cast<int64_t>(ok ? r : 0) * K + k0 + ch * 8;
+        if (p.stream_w) cp_async16_ef(dst, src, ok, pol);
+        else cp_async16(dst, src, ok);
+      }
     }
   };
   auto load = [&](int stage, int kt, bool with_b) {
@@ -264,14 +338,34 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
         uint32_t af[MI][4], bf[NI][2];
 #pragma unroll
         for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], a_s + (wm * TM + i * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
+        if constexpr (WQ != 0) {
+          // Operand pairs (k, k + 1) and (k + 8, k + 9) of column n, k = kk + 2 (lane % 4).
+          const unsigned char* q_s = sBq + (kt % STAGES) * SBB;
+          const unsigned char* s_s = sS + (kt % STAGES) * SSB;
 #pragma unroll
-        for (int j = 0; j < NI; j += 2) {
-          uint32_t r[4];
-          ldmatrix_x4(r, b_s + (wn * TN + j * 8 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk + ((lane >> 3) & 1) * 8);
-          bf[j][0] = r[0];
-          bf[j][1] = r[1];
-          bf[j + 1][0] = r[2];
-          bf[j + 1][1] = r[3];
+          for (int j = 0; j < NI; ++j) {
+            const int n = wn * TN + j * 8 + lane / 4;
+            const float sc = e8m0_f32(s_s[(WQ == 1 ? n / 32 : n) * KB + kk / 32]);
+            if constexpr (WQ == 1) {
+              const unsigned char* q = q_s + n * LDQ + kk + 2 * (lane % 4);
+              bf[j][0] = e4m3x2_bf16x2(*reinterpret_cast<const uint16_t*>(q), sc);
+              bf[j][1] = e4m3x2_bf16x2(*reinterpret_cast<const uint16_t*>(q + 8), sc);
+            } else {
+              const unsigned char* q = q_s + n * LDQ + kk / 2 + lane % 4;
+              bf[j][0] = e2m1x2_bf16x2(q[0], sc);
+              bf[j][1] = e2m1x2_bf16x2(q[4], sc);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < NI; j += 2) {
+            uint32_t r[4];
+            ldmatrix_x4(r, b_s + (wn * TN + j * 8 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk + ((lane >> 3) & 1) * 8);
+            bf[j][0] = r[0];
+            bf[j][1] = r[1];
+            bf[j + 1][0] = r[2];
+            bf[j + 1][1] = r[3];
+          }
         }
 #pragma unroll
         for (int i = 0; i < MI; ++i)
@@ -348,7 +442,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       // to its own shared memory (the pipeline's stages, every copy landed and every warp past
       // its last read at the barrier), and block 0 adds the S of them in segment order through
       // distributed shared memory; no workspace, fence or counter. The same bits as below.
-      static_assert(BM * BN * 4 <= STAGES * (SA + SB) * 2, "a tile's sums fit the stages");
+      static_assert(BM * BN * 4 <= STAGES * (SA * 2 + SBB), "a tile's sums fit the stages");
       __syncthreads();
       float* sums = reinterpret_cast<float*>(sA);
       each([&](int r, int col, const float* v) { *reinterpret_cast<float2*>(sums + r * BN + col) = make_float2(v[0], v[1]); });
