@@ -24,8 +24,10 @@ std::shared_ptr<const model::EngramHasher> make_engram_hasher(const loader::Mode
 namespace {
 
 // Random weights are allocated in full: refuse a config whose weights (plus one sequence's
-// first tokens of state) do not fit in the memory available now, before allocating any of it. Device
-// memory is not queried here (the backend reports its own allocation failures).
+// first tokens of state) do not fit in the memory available now, before allocating any of it.
+// A device backend makes them in its own memory (release formats included), so only host
+// backends are checked, at float32 per parameter (what the host makes before converting).
+// Device memory is not queried here (the backend reports its own allocation failures).
 void check_random_memory(const loader::ModelConfig& c, const kernels::Backend& backend, const std::string& config_path) {
   if (!backend.host_memory()) return;
   const model::MemoryNeed need = model::random_weights_memory(c, 4.0);
@@ -45,12 +47,12 @@ LoadedModel load_model_unchecked(const std::string& dir, kernels::Backend& backe
     const std::string config_path = (fs::path(dir) / "config.json").string();
     cfg = loader::load_config(config_path);
     check_random_memory(cfg, backend, config_path);
-    // Made in the device's memory directly unless they need host-side quantisation; the
-    // matrices in bf16 when the backend computes in bf16 (the values its products use anyway,
-    // at half the memory).
+    // Made in a device's memory directly (release formats quantised there too); without a
+    // quantization_config the matrices are in bf16 when the backend computes in bf16 (the
+    // values its products use anyway, at half the memory).
     const auto fmt = backend.precision() == kernels::Precision::kBF16 ? kernels::WeightFormat::kBF16
                                                                        : kernels::WeightFormat::kF32;
-    w = model::random_weights(cfg, seed, cfg.quantization.present ? nullptr : &backend, fmt);
+    w = model::random_weights(cfg, seed, &backend, fmt);
   } else {
     lm.checkpoint = loader::Checkpoint::open(dir);
     cfg = lm.checkpoint->config();

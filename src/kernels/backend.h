@@ -460,16 +460,39 @@ struct SampleRowsArgs {
   int64_t max_logprobs = 0;
 };
 
-// Seeded normal values for random weights: out[i] = mean + std * z_i with
-// z_i = core::normal01(seed, i) (Box-Muller in double), stored as float32 or bf16 (round to
-// nearest even). mean == 0 stores std * z_i exactly as the CPU's random_weights does.
+// Seeded normal values for random weights: out[i] = mean + std * z_(first + i) with
+// z_j = core::normal01(seed, j) (Box-Muller in double), stored as float32 or bf16 (round to
+// nearest even). mean == 0 stores std * z exactly as the CPU's random_weights does. `first`
+// lets a long stream be made in pieces (the same values as in one call).
 struct RandomFillArgs {
   void* out = nullptr;                        // [n] float or bf16
   WeightFormat format = WeightFormat::kF32;   // kF32 or kBF16
   int64_t n = 0;
   uint64_t seed = 0;
   float mean = 0.0f, std = 1.0f;
+  int64_t first = 0;                          // the stream index of out[0]
 };
+
+// Float32 rows quantised into a stored weight format, the bytes model::quantize_matrix gives
+// (one rule: quantize_weight_rows). Per block (32 x 32 values for kFP8Block32, 32 columns of
+// a row otherwise; the last ones partial) the scale is 2^ceil(log2(amax / max code)) (max code
+// 448 for e4m3, 6 for e2m1; amax ignores NaN), as a ue8m0 code clamped to [0, 254], code 0 for
+// a block with no nonzero value; each value x is stored as the code of clamp(x / scale, -max,
+// max), rounded to nearest even (e2m1: the reference's tie rule; a NaN stays NaN in e4m3 and
+// becomes a signed zero in e2m1). The rows are rows [row0, row0 + rows) of a matrix whose
+// codes and scales are laid out as WeightFormat says; only their codes and scales are written,
+// so a matrix can be quantised in row chunks. kFP8Block32: row0 is a multiple of 32, and so is
+// rows unless the chunk ends the matrix (a block never spans two calls).
+struct QuantizeWeightArgs {
+  const float* x = nullptr;   // [rows, cols] fp32
+  int64_t rows = 0, cols = 0;
+  int64_t row0 = 0;           // the first row's index in the matrix
+  WeightFormat format = WeightFormat::kFP8Block32;  // kFP8Block32, kFP8Row32 or kMXFP4
+  uint8_t* codes = nullptr;   // the matrix's: e4m3 [row0 + rows, cols], or e2m1 pairs [row0 + rows, ceil(cols/2)]
+  uint8_t* scales = nullptr;  // the matrix's ue8m0: [ceil((row0 + rows)/32) (kFP8Block32) or row0 + rows, ceil(cols/32)]
+};
+// The rule on host memory, serially (the CPU backend's op runs it over its threads).
+void quantize_weight_rows(const QuantizeWeightArgs& a);
 
 // How a backend multiplies matrices: kFloat32 = every weight dequantised exactly and float32
 // math (the reference path); kBF16 = activations rounded to bf16 and weights in bf16
@@ -507,6 +530,7 @@ class Backend {
   virtual void moe_combine(const MoeCombineArgs& a) = 0;
   virtual void dequant_packed(const DequantPackedArgs& a) = 0;
   virtual void fill_random(const RandomFillArgs& a) = 0;
+  virtual void quantize_weight(const QuantizeWeightArgs& a) = 0;
   virtual void copy_batch(const CopyBatchArgs& a) = 0;
   virtual void dequant_packed_batch(const DequantPackedBatchArgs& a) = 0;
   virtual void moe_permute(const MoePermuteArgs& a) = 0;

@@ -64,6 +64,7 @@ class Forwarding : public Backend {
   DI_FORWARD(moe_combine, MoeCombineArgs)
   DI_FORWARD(dequant_packed, DequantPackedArgs)
   DI_FORWARD(fill_random, RandomFillArgs)
+  DI_FORWARD(quantize_weight, QuantizeWeightArgs)
   DI_FORWARD(copy_batch, CopyBatchArgs)
   DI_FORWARD(dequant_packed_batch, DequantPackedBatchArgs)
   DI_FORWARD(moe_permute, MoePermuteArgs)
@@ -141,6 +142,25 @@ class CrossCheck final : public Forwarding {
     int64_t bad = 0;
     for (int64_t i = 0; i < n; ++i) bad += std::memcmp(&got[i], &x[i], 4) != 0;
     report("fake_quant", bad, n);
+  }
+  // The codes and scales of the chunk's rows, against the CPU's from the same floats.
+  void quantize_weight(const QuantizeWeightArgs& a) override {
+    d_->quantize_weight(a);
+    if (a.rows <= 0 || a.cols <= 0) return;
+    const bool block32 = a.format == WeightFormat::kFP8Block32;
+    const int64_t code_cols = a.format == WeightFormat::kMXFP4 ? (a.cols + 1) / 2 : a.cols, sc_cols = (a.cols + 31) / 32;
+    const int64_t sc_row0 = block32 ? a.row0 / 32 : a.row0, sc_rows = block32 ? (a.rows + 31) / 32 : a.rows;
+    std::vector<float> x = get(a.x, a.rows * a.cols);
+    std::vector<uint8_t> codes(static_cast<size_t>(a.rows * code_cols)), scales(static_cast<size_t>(sc_rows * sc_cols));
+    QuantizeWeightArgs h = a;
+    h.x = x.data();
+    h.row0 = 0;
+    h.codes = codes.data();
+    h.scales = scales.data();
+    c_->quantize_weight(h);
+    const int64_t bad = diff(codes, get(a.codes + a.row0 * code_cols, a.rows * code_cols)) +
+                        diff(scales, get(a.scales + sc_row0 * sc_cols, sc_rows * sc_cols));
+    report("quantize_weight", bad, a.rows * code_cols + sc_rows * sc_cols);
   }
   void router(const RouterArgs& a) override {
     d_->router(a);

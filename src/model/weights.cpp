@@ -274,27 +274,25 @@ Weights load_weights(const loader::Checkpoint& ck) {
   return w;
 }
 
+namespace {
+
+// Tensor t (in visiting order, from 1) is mean + std * normal01(stream t, i); mean 0 stores
+// std * z. Matrices N(0, 1/in) keep activations O(1) through the random network; norms
+// 1 + 0.1 N, biases 0.1 N, scales 1.
+uint64_t tensor_stream(uint64_t seed, uint64_t t) { return seed ^ (t * 0x9E3779B97F4A7C15ull); }
+float matrix_std(int64_t cols) { return 1.0f / std::sqrt(static_cast<float>(cols)); }
+float vector_mean(int kind) { return kind == 1 ? 0.0f : 1.0f; }
+float vector_std(int kind) { return kind == 2 ? 0.0f : 0.1f; }
+
+}  // namespace
+
 Weights random_weights(const ModelConfig& c, uint64_t seed, kernels::Backend* device, kernels::WeightFormat matmul_format) {
-  const bool on_device = device && !device->host_memory();
-  if (on_device) {
-    DI_CHECK(!c.quantization.present, "random weights in release formats are made on the host");
-    DI_CHECK(matmul_format == kernels::WeightFormat::kF32 || matmul_format == kernels::WeightFormat::kBF16,
-             "random weights on a device are float32 or bf16");
-  }
+  if (device && !device->host_memory()) return random_weights_on(c, seed, *device, matmul_format);
+  // On the host: every tensor in float32, converted afterwards.
   Weights w;
-  w.on_backend = on_device;
-  // Tensor t (in visiting order) is mean + std * normal01(stream t, i); mean 0 stores std * z.
-  // Matrices N(0, 1/in) keep activations O(1) through the random network; norms 1 + 0.1 N,
-  // biases 0.1 N, scales 1. On a device each tensor is generated in place (in the matmul
-  // format); on the host in float32, converted afterwards.
   uint64_t tensor_id = 0;
-  auto make = [&](kernels::WeightFormat f, int64_t n, float mean, float std) -> void* {
-    const uint64_t stream = seed ^ (++tensor_id * 0x9E3779B97F4A7C15ull);
-    if (on_device) {
-      w.device.emplace_back(*device, n * (f == kernels::WeightFormat::kBF16 ? 2 : 4));
-      device->fill_random({.out = w.device.back().data(), .format = f, .n = n, .seed = stream, .mean = mean, .std = std});
-      return w.device.back().data();
-    }
+  auto make = [&](int64_t n, float mean, float std) {
+    const uint64_t stream = tensor_stream(seed, ++tensor_id);
     float* p = own(w, n);
     for (int64_t i = 0; i < n; ++i) {
       const float z = core::normal01(stream, static_cast<uint64_t>(i));
@@ -303,19 +301,76 @@ Weights random_weights(const ModelConfig& c, uint64_t seed, kernels::Backend* de
     return p;
   };
   Visitor v;
-  v.mat = [&](const std::string&, int64_t r, int64_t cols, Mat* m, bool need_f32) {
-    const kernels::WeightFormat f = on_device && !need_f32 ? matmul_format : kernels::WeightFormat::kF32;
-    *m = Mat{f, make(f, r * cols, 0.0f, 1.0f / std::sqrt(static_cast<float>(cols))), nullptr, r, cols};
+  v.mat = [&](const std::string&, int64_t r, int64_t cols, Mat* m, bool) {
+    *m = Mat::f32(make(r * cols, 0.0f, matrix_std(cols)), r, cols);
   };
-  v.vec = [&](const std::string&, int64_t n, const float** out, int kind) {
-    const float mean = kind == 1 ? 0.0f : 1.0f, std = kind == 2 ? 0.0f : 0.1f;
-    *out = static_cast<const float*>(make(kernels::WeightFormat::kF32, n, mean, std));
-  };
+  v.vec = [&](const std::string&, int64_t n, const float** out, int kind) { *out = make(n, vector_mean(kind), vector_std(kind)); };
   visit(c, w, v);
-  if (on_device) device->synchronize();
-  else if (c.quantization.present) quantize_release(c, w);
+  if (c.quantization.present) quantize_release(c, w);
   else if (matmul_format != kernels::WeightFormat::kF32) convert_matmul_weights(c, w, matmul_format);
   return w;
+}
+
+Weights random_weights_on(const ModelConfig& c, uint64_t seed, kernels::Backend& be, kernels::WeightFormat matmul_format,
+                          int64_t chunk_floats) {
+  const bool release = c.quantization.present;
+  DI_CHECK(release || matmul_format == kernels::WeightFormat::kF32 || matmul_format == kernels::WeightFormat::kBF16,
+           "random weights on a backend are float32 or bf16 without a quantization_config");
+  Weights w;
+  w.on_backend = !be.host_memory();
+  uint64_t tensor_id = 0;
+  auto buffer = [&](int64_t bytes) {
+    w.device.emplace_back(be, bytes);
+    return w.device.back().data();
+  };
+  auto fill = [&](void* out, kernels::WeightFormat f, int64_t n, uint64_t stream, float mean, float std, int64_t first) {
+    be.fill_random({.out = out, .format = f, .n = n, .seed = stream, .mean = mean, .std = std, .first = first});
+  };
+  kernels::Buf<float> rows;  // float32 rows of an FP8/MXFP4 matrix, before their quantisation
+  Visitor v;
+  v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat* m, bool need_f32) {
+    const uint64_t stream = tensor_stream(seed, ++tensor_id);
+    const float std = matrix_std(cols);
+    const kernels::WeightFormat f = need_f32 ? kernels::WeightFormat::kF32 : release ? release_format(name) : matmul_format;
+    *m = Mat{f, nullptr, nullptr, r, cols};
+    const int64_t scale_bytes = kernels::weight_scale_bytes(*m);
+    auto* values = static_cast<uint8_t*>(buffer(kernels::weight_bytes(*m) - scale_bytes));
+    m->data = values;
+    if (f == kernels::WeightFormat::kF32 || f == kernels::WeightFormat::kBF16) {
+      fill(values, f, r * cols, stream, 0.0f, std, 0);
+      return;
+    }
+    auto* scales = static_cast<uint8_t*>(buffer(scale_bytes));
+    m->scale = scales;
+    // Chunks of whole 32-row blocks; the stream continues across them (RandomFillArgs.first).
+    const int64_t per = std::max<int64_t>(32, chunk_floats / std::max<int64_t>(cols, 1) / 32 * 32);
+    const int64_t need = std::min(per, r) * cols;
+    if (rows.capacity() < need) {
+      rows = kernels::Buf<float>();  // the old one goes first
+      rows = kernels::Buf<float>(be, need);
+    }
+    for (int64_t r0 = 0; r0 < r; r0 += per) {
+      const int64_t n = std::min(per, r - r0);
+      fill(rows.data(), kernels::WeightFormat::kF32, n * cols, stream, 0.0f, std, r0 * cols);
+      be.quantize_weight({.x = rows.data(), .rows = n, .cols = cols, .row0 = r0, .format = f, .codes = values, .scales = scales});
+    }
+  };
+  v.vec = [&](const std::string&, int64_t n, const float** out, int kind) {
+    void* p = buffer(n * static_cast<int64_t>(sizeof(float)));
+    fill(p, kernels::WeightFormat::kF32, n, tensor_stream(seed, ++tensor_id), vector_mean(kind), vector_std(kind), 0);
+    *out = static_cast<const float*>(p);
+  };
+  visit(c, w, v);
+  be.synchronize();  // the CUDA products read weights before their programmatic wait
+  return w;
+}
+
+void for_each_tensor(const ModelConfig& c, Weights& w, const std::function<void(const std::string&, Mat&)>& mat,
+                     const std::function<void(const std::string&, const float*, int64_t)>& vec) {
+  Visitor v;
+  v.mat = [&](const std::string& name, int64_t, int64_t, Mat* m, bool) { mat(name, *m); };
+  v.vec = [&](const std::string& name, int64_t n, const float** p, int) { vec(name, *p, n); };
+  visit(c, w, v);
 }
 
 kernels::WeightFormat release_format(const std::string& name) {

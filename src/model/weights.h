@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,12 +99,29 @@ struct Weights {
 // expected shape/dtype and what was found.
 Weights load_weights(const loader::Checkpoint& ck);
 // Seeded random weights at the config's shapes (matrices ~ N(0, 1/in), norms ~ 1, biases 0);
-// with a `quantization_config` they are stored in the release formats (see quantize_release).
-// With a device backend (and no quantization_config) they are generated in its memory, with
-// the matmul weights in `matmul_format` (float32 or bf16); on the host, other formats are
-// converted after generation.
+// with a `quantization_config` they are stored in the release formats (see quantize_release)
+// and matmul_format is not used. Without one, the matmul weights are in `matmul_format`.
+// With a device backend they are made in its memory (random_weights_on); otherwise on the
+// host, in float32, then converted. Either way the same values and bytes, up to the device's
+// Box-Muller: its log/cos may differ from the host's in the last bits of a double, which
+// changes a float (and then its block's codes) only where it sits on a rounding boundary.
 Weights random_weights(const loader::ModelConfig& c, uint64_t seed, kernels::Backend* device = nullptr,
                        kernels::WeightFormat matmul_format = kernels::WeightFormat::kF32);
+// The largest float32 temporary random_weights_on uses for an FP8/MXFP4 matrix (256 MiB; a
+// matrix is made in chunks of whole 32-row blocks, at least one block).
+inline constexpr int64_t kRandomChunkFloats = int64_t{64} << 20;
+// random_weights made through `be`'s ops in its memory (Weights::device): each tensor by
+// fill_random, FP8/MXFP4 matrices as float32 rows in chunks of at most chunk_floats (at least
+// 32 rows) quantised by quantize_weight into their codes and scales, laid out as
+// upload_weights lays a loaded matrix out. On any backend (the CPU one too: the tests compare
+// it with the host path byte for byte).
+Weights random_weights_on(const loader::ModelConfig& c, uint64_t seed, kernels::Backend& be,
+                          kernels::WeightFormat matmul_format = kernels::WeightFormat::kF32,
+                          int64_t chunk_floats = kRandomChunkFloats);
+// Every tensor of `w` in the canonical order (random_weights' stream order): matrices by name,
+// vectors by name and length (the forward's float arrays of a 2-D tensor come as matrices).
+void for_each_tensor(const loader::ModelConfig& c, Weights& w, const std::function<void(const std::string&, Mat&)>& mat,
+                     const std::function<void(const std::string&, const float*, int64_t)>& vec);
 
 // The release checkpoint's format for a tensor (by canonical name): FP8 e4m3 with 32x32
 // ue8m0 blocks for the attention projections, indexer wq_b, shared experts and Engram wkv;

@@ -1,4 +1,5 @@
-// CUDA-only model tests: random weights made on the device equal the CPU's, the bf16
+// CUDA-only model tests: random weights made on the device equal the CPU's (float32, bf16 and
+// the release formats, and a random release-format model runs as on the CPU), the bf16
 // tensor-core matmul against the CPU on bf16-rounded inputs, and every golden fixture with
 // bf16 weights and activations (dtype bfloat16) against the CPU's emulation of the same
 // precision: the window-only fixture within 2e-2 with greedy tokens identical where the
@@ -20,12 +21,24 @@
 #include "kernels/buffer.h"
 #include "loader/checkpoint.h"
 #include "model/deepseek_v41.h"
-#include "tokenizer/tokenizer.h"
+#include "model/quantize.h"
+#include "model/weights.h"
 #include "runner/batch_runner.h"
+#include "tensor_bytes.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace deepinfer;
 
 namespace {
+
+double rel_err(const std::vector<float>& ours, const std::vector<float>& ref) {
+  double max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(ours[i] - ref[i])));
+  }
+  return max_diff / max_ref;
+}
 
 TEST(CudaModel, RandomFillMatchesTheCpu) {
   auto gpu = kernels::make_cuda_backend(0);
@@ -53,6 +66,94 @@ TEST(CudaModel, RandomFillMatchesTheCpu) {
   }
 }
 
+// Random release-format weights made on the GPU (fill_random, then quantize_weight in row chunks
+// into the final buffers) against the host path (float32, then quantize_release), every tensor
+// byte for byte. Exactly, against the host's quantisation of the GPU's own float32 fills (the
+// same streams without the quantization_config), so no quantiser difference can hide; against
+// the host path itself, a tensor may differ only where the device's Box-Muller gave another
+// float than the host's (the fill's known last-bit difference, counted and bounded as
+// RandomFillMatchesTheCpu bounds it). Chunks of one 32-row block, and the default.
+TEST(CudaModel, RandomReleaseWeightsMatchTheHost) {
+  const loader::ModelConfig c = loader::load_config(std::string(DEEPINFER_TEST_DATA) + "/v41/full-q/config.json");
+  ASSERT_TRUE(c.quantization.present);
+  loader::ModelConfig plain = c;
+  plain.quantization = {};
+  auto gpu = kernels::make_cuda_backend(0);
+  auto cpu = kernels::make_cpu_backend(2);
+  model::Weights host = model::random_weights(c, 9), host_f32 = model::random_weights(plain, 9);
+  model::Weights dev_f32 = model::random_weights_on(plain, 9, *gpu);
+  const auto h = deepinfer::testing::tensor_bytes(c, host, *cpu), hf = deepinfer::testing::tensor_bytes(plain, host_f32, *cpu);
+  const auto df = deepinfer::testing::tensor_bytes(plain, dev_f32, *gpu);
+  for (const int64_t chunk : {int64_t{1}, model::kRandomChunkFloats}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    model::Weights dev = chunk == model::kRandomChunkFloats ? model::random_weights(c, 9, gpu.get())
+                                                            : model::random_weights_on(c, 9, *gpu, kernels::WeightFormat::kF32, chunk);
+    EXPECT_TRUE(dev.on_backend);
+    const auto d = deepinfer::testing::tensor_bytes(c, dev, *gpu);
+    ASSERT_EQ(d.size(), h.size());
+    ASSERT_EQ(df.size(), h.size());
+    int64_t fills = 0, fills_differ = 0, quantised = 0, tensors_differ = 0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      ASSERT_EQ(d[i].name, h[i].name);
+      EXPECT_EQ(d[i].format, h[i].format) << d[i].name;
+      // The GPU's floats and the host's, for this tensor.
+      const int64_t n = d[i].rows * d[i].cols;
+      std::vector<float> xd(static_cast<size_t>(n)), xh(xd.size());
+      std::memcpy(xd.data(), df[i].bytes.data(), xd.size() * 4);
+      std::memcpy(xh.data(), hf[i].bytes.data(), xh.size() * 4);
+      int64_t differ = 0;
+      for (int64_t j = 0; j < n; ++j) differ += std::memcmp(&xd[j], &xh[j], 4) != 0;
+      fills += n;
+      fills_differ += differ;
+      // Exact: the host's bytes of the GPU's floats.
+      std::vector<uint8_t> want = df[i].bytes;
+      if (d[i].format > static_cast<int>(kernels::WeightFormat::kF32)) {
+        model::Weights owner;
+        const auto f = static_cast<kernels::WeightFormat>(d[i].format);
+        const model::Mat q = model::quantize_matrix(model::Mat::f32(xd.data(), d[i].rows, d[i].cols), f, owner);
+        const int64_t sc = kernels::weight_scale_bytes(q);
+        want.assign(static_cast<const uint8_t*>(q.data), static_cast<const uint8_t*>(q.data) + kernels::weight_bytes(q) - sc);
+        want.insert(want.end(), q.scale, q.scale + sc);
+        quantised += f != kernels::WeightFormat::kBF16;
+      }
+      EXPECT_TRUE(d[i].bytes == want) << d[i].name << ": the GPU's bytes are not the host's quantisation of its floats";
+      // Against the host path: equal wherever the fills agree.
+      const bool same = d[i].bytes == h[i].bytes;
+      tensors_differ += !same;
+      if (differ == 0) {
+        EXPECT_TRUE(same) << d[i].name << " differs from the host path although its float fill agrees";
+      }
+    }
+    std::printf("[random release weights, chunk %lld] %zu tensors (%lld FP8/MXFP4), %lld of %lld fill values differ from "
+                "the host's, %lld tensors differ from the host path\n",
+                static_cast<long long>(chunk), d.size(), static_cast<long long>(quantised), static_cast<long long>(fills_differ),
+                static_cast<long long>(fills), static_cast<long long>(tensors_differ));
+    EXPECT_GT(quantised, 100);
+    EXPECT_LE(fills_differ, fills / 100000);
+  }
+}
+
+// A random release-format model loaded on the GPU (its weights made there) runs a forward whose
+// logits follow the CPU's run of the same random model (a loose bound: FP8/FP4 state rounding
+// near a midpoint moves the float32 logits by ~1e-4; garbage weights would move them by O(1)).
+TEST(CudaModel, RandomReleaseModelRunsLikeTheCpu) {
+  const std::string dir = std::string(DEEPINFER_TEST_DATA) + "/v41/full-q";
+  auto gpu = kernels::make_cuda_backend(0);
+  auto cpu = kernels::make_cpu_backend(2);
+  auto lg = engine::load_model(dir, *gpu, engine::LoadFormat::kRandom, 5);
+  auto lc = engine::load_model(dir, *cpu, engine::LoadFormat::kRandom, 5);
+  const std::vector<int64_t> tokens = core::read_npy_ints(dir + "/golden/tokens.npy");
+  const int64_t V = lc.model->config().vocab_size, n = static_cast<int64_t>(tokens.size());
+  std::vector<float> og(static_cast<size_t>(n * V)), oc(og.size());
+  auto sg = lg.model->new_state();
+  auto sc = lc.model->new_state();
+  runner::BatchRunner(*lg.model).forward(tokens.data(), n, sg, og.data());
+  runner::BatchRunner(*lc.model).forward(tokens.data(), n, sc, oc.data());
+  const double err = rel_err(og, oc);
+  std::printf("[random full-q] GPU logits vs the CPU's: rel err %.3g\n", err);
+  EXPECT_LE(err, 1e-2);
+}
+
 TEST(CudaModel, Bf16MatmulMatchesTheCpuOnRoundedInputs) {
   auto gpu = kernels::make_cuda_backend(0, kernels::Precision::kBF16);
   auto cpu = kernels::make_cpu_backend(2);
@@ -78,15 +179,6 @@ TEST(CudaModel, Bf16MatmulMatchesTheCpuOnRoundedInputs) {
     max_diff = std::max(max_diff, static_cast<double>(std::fabs(ref[i] - got[i])));
   }
   EXPECT_LE(max_diff / max_ref, 1e-5);
-}
-
-double rel_err(const std::vector<float>& ours, const std::vector<float>& ref) {
-  double max_ref = 0, max_diff = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
-    max_diff = std::max(max_diff, static_cast<double>(std::fabs(ours[i] - ref[i])));
-  }
-  return max_diff / max_ref;
 }
 
 // The fixture's model with bf16 weights (release checkpoints keep their FP8/FP4 codes, exact

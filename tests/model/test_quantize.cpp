@@ -2,10 +2,13 @@
 // round trips, and the format's bad-input errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +23,7 @@
 #include "model/quantize.h"
 #include "model/weights.h"
 #include "runner/batch_runner.h"
+#include "tensor_bytes.h"
 
 using namespace deepinfer;
 namespace fs = std::filesystem;
@@ -237,4 +241,121 @@ TEST(Quantize, RandomLoadHonoursQuantizationConfig) {
   EXPECT_EQ(w.layers[1].engram.table.format, kernels::WeightFormat::kFP8Row32);
   EXPECT_EQ(w.head.format, kernels::WeightFormat::kBF16);
   EXPECT_EQ(w.layers[0].hc_attn_fn.format, kernels::WeightFormat::kF32);
+}
+
+namespace {
+
+// The stored rule written out from its definition (scale 2^ceil(log2(amax / max code)) by
+// core::pow2_ceil, ue8m0 code by the exponent; values clamped, then rounded), for finite inputs.
+std::pair<std::vector<uint8_t>, std::vector<uint8_t>> reference_quantize(const std::vector<float>& x, int64_t R, int64_t C,
+                                                                        kernels::WeightFormat f) {
+  const bool block32 = f == kernels::WeightFormat::kFP8Block32, fp4 = f == kernels::WeightFormat::kMXFP4;
+  const int64_t sc_cols = (C + 31) / 32, packed = (C + 1) / 2, sr = block32 ? (R + 31) / 32 : R;
+  const float max_code = fp4 ? 6.0f : 448.0f;
+  std::vector<uint8_t> q(static_cast<size_t>(R * (fp4 ? packed : C)), 0), sc(static_cast<size_t>(sr * sc_cols));
+  for (int64_t br = 0; br < sr; ++br)
+    for (int64_t bc = 0; bc < sc_cols; ++bc) {
+      const int64_t r0 = block32 ? br * 32 : br, r1 = block32 ? std::min(R, r0 + 32) : br + 1;
+      float amax = 0.0f;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = bc * 32; c < std::min(C, bc * 32 + 32); ++c) amax = std::max(amax, std::fabs(x[r * C + c]));
+      const uint8_t code = amax > 0.0f ? static_cast<uint8_t>(std::ilogb(core::pow2_ceil(amax / max_code)) + 127) : 0;
+      sc[br * sc_cols + bc] = code;
+      const float s = std::ldexp(1.0f, code - 127);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = bc * 32; c < std::min(C, bc * 32 + 32); ++c) {
+          const float v = std::clamp(x[r * C + c] / s, -max_code, max_code);
+          if (!fp4) q[r * C + c] = core::f32_to_e4m3(v);
+          else q[r * packed + c / 2] |= static_cast<uint8_t>(core::f32_to_e2m1(v) << (c % 2 ? 4 : 0));
+        }
+    }
+  return {q, sc};
+}
+
+// Normal values scaled by a power of two per row (2^-140 .. 2^100), with zeros, signed zeros
+// and exact ties (1.0625 and 0.25 at scale 1 next to 448 and 6).
+std::vector<float> quantize_input(int64_t R, int64_t C, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> x(static_cast<size_t>(R * C));
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) x[r * C + c] = std::ldexp(d(g), static_cast<int>((r * 37) % 241) - 140);
+  for (int64_t c = 0; c < std::min<int64_t>(C, 32); ++c) x[c] = c == 0 ? 448.0f : c == 1 ? 6.0f : c % 3 == 0 ? 1.0625f : c % 3 == 1 ? 0.25f : -0.0f;
+  if (R > 1)
+    for (int64_t c = 0; c < std::min<int64_t>(C, 32); ++c) x[C + c] = 0.0f;
+  return x;
+}
+
+}  // namespace
+
+// The backends' quantize_weight (here the CPU's, over its threads, whole and in row chunks)
+// gives quantize_matrix's bytes, and both the rule written out from its definition.
+TEST(Quantize, WeightOpEqualsQuantizeMatrix) {
+  auto be = kernels::make_cpu_backend(2);
+  for (const auto f : {kernels::WeightFormat::kFP8Block32, kernels::WeightFormat::kFP8Row32, kernels::WeightFormat::kMXFP4})
+    for (const auto& [R, C] : {std::pair<int64_t, int64_t>{70, 45}, {33, 64}, {1, 7}, {100, 77}, {64, 31}}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(f)) + " [" + std::to_string(R) + " x " + std::to_string(C) + "]");
+      const std::vector<float> x = quantize_input(R, C, static_cast<uint32_t>(R * C));
+      model::Weights owner;
+      const model::Mat m = model::quantize_matrix(model::Mat::f32(x.data(), R, C), f, owner);
+      const int64_t sc_bytes = kernels::weight_scale_bytes(m), code_bytes = kernels::weight_bytes(m) - sc_bytes;
+      const std::vector<uint8_t> want_q(static_cast<const uint8_t*>(m.data), static_cast<const uint8_t*>(m.data) + code_bytes);
+      const std::vector<uint8_t> want_s(m.scale, m.scale + sc_bytes);
+      const auto [ref_q, ref_s] = reference_quantize(x, R, C, f);
+      EXPECT_EQ(want_q, ref_q);
+      EXPECT_EQ(want_s, ref_s);
+      for (const int64_t step : {R, int64_t{32}, int64_t{64}}) {
+        std::vector<uint8_t> q(static_cast<size_t>(code_bytes), 0xA5), s(static_cast<size_t>(sc_bytes), 0xA5);
+        for (int64_t r0 = 0; r0 < R; r0 += step)
+          be->quantize_weight({.x = x.data() + r0 * C, .rows = std::min(step, R - r0), .cols = C, .row0 = r0, .format = f,
+                               .codes = q.data(), .scales = s.data()});
+        EXPECT_EQ(q, want_q) << "chunks of " << step << " rows";
+        EXPECT_EQ(s, want_s) << "chunks of " << step << " rows";
+      }
+    }
+}
+
+TEST(Quantize, WeightOpRefusesABlockChunkOffTheGrid) {
+  auto be = kernels::make_cpu_backend(1);  // no worker threads (the death test forks)
+  std::vector<float> x(64 * 32, 1.0f);
+  std::vector<uint8_t> q(x.size()), s(2);
+  EXPECT_DEATH(be->quantize_weight({.x = x.data(), .rows = 32, .cols = 32, .row0 = 16, .format = kernels::WeightFormat::kFP8Block32,
+                                    .codes = q.data(), .scales = s.data()}),
+               "starts at a multiple of 32 rows");
+}
+
+// random_weights_on (what a device backend runs: fill_random, then quantize_weight in row
+// chunks into the final buffers) on the CPU backend gives the host path's bytes, tensor by
+// tensor: release formats (chunks of one 32-row block, and of several), and bf16 without a
+// quantization_config.
+TEST(Quantize, RandomWeightsOnABackendEqualTheHostPath) {
+  std::ifstream in(fixture("full-q") + "/config.json");
+  const auto c = loader::parse_config(nlohmann::json::parse(in).dump(), "full-q");
+  ASSERT_TRUE(c.quantization.present);
+  auto plain = c;
+  plain.quantization = {};
+  auto be = kernels::make_cpu_backend(2);
+  struct Run {
+    const loader::ModelConfig* cfg;
+    kernels::WeightFormat fmt;
+    int64_t chunk;
+  };
+  for (const Run& run : {Run{&c, kernels::WeightFormat::kF32, 1}, Run{&c, kernels::WeightFormat::kF32, 4096},
+                         Run{&plain, kernels::WeightFormat::kBF16, 1}, Run{&plain, kernels::WeightFormat::kF32, 1}}) {
+    SCOPED_TRACE("quantization " + std::to_string(run.cfg->quantization.present) + ", chunk " + std::to_string(run.chunk));
+    model::Weights host = model::random_weights(*run.cfg, 9, nullptr, run.fmt);
+    model::Weights made = model::random_weights_on(*run.cfg, 9, *be, run.fmt, run.chunk);
+    EXPECT_FALSE(made.on_backend);  // the CPU backend's memory is the host's
+    const auto a = deepinfer::testing::tensor_bytes(*run.cfg, host, *be), b = deepinfer::testing::tensor_bytes(*run.cfg, made, *be);
+    ASSERT_EQ(a.size(), b.size());
+    int64_t quantised = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].name, b[i].name);
+      EXPECT_EQ(a[i].format, b[i].format) << a[i].name;
+      EXPECT_TRUE(a[i].bytes == b[i].bytes) << a[i].name << " differs";
+      quantised += a[i].format >= static_cast<int>(kernels::WeightFormat::kFP8Block32);
+    }
+    if (run.cfg->quantization.present) EXPECT_GT(quantised, 100);
+    else EXPECT_EQ(quantised, 0);
+  }
 }

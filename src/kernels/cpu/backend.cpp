@@ -82,6 +82,7 @@ class CpuBackend final : public Backend {
   void sample_rows(const SampleRowsArgs& a) override { cpu::sample_rows(pool_, a); }
   void dequant_packed(const DequantPackedArgs& a) override { cpu::dequant_packed(pool_, a); }
   void fill_random(const RandomFillArgs& a) override { cpu::fill_random(pool_, a); }
+  void quantize_weight(const QuantizeWeightArgs& a) override { cpu::quantize_weight(pool_, a); }
   void copy_batch(const CopyBatchArgs& a) override { cpu::copy_batch(pool_, a); }
   void dequant_packed_batch(const DequantPackedBatchArgs& a) override { cpu::dequant_packed_batch(pool_, a); }
 

@@ -53,6 +53,7 @@ void moe_permute(core::ThreadPool& pool, const MoePermuteArgs& a);
 void sample_rows(core::ThreadPool& pool, const SampleRowsArgs& a);
 void dequant_packed(core::ThreadPool& pool, const DequantPackedArgs& a);
 void fill_random(core::ThreadPool& pool, const RandomFillArgs& a);
+void quantize_weight(core::ThreadPool& pool, const QuantizeWeightArgs& a);
 void copy_batch(core::ThreadPool& pool, const CopyBatchArgs& a);
 void dequant_packed_batch(core::ThreadPool& pool, const DequantPackedBatchArgs& a);
 

@@ -77,7 +77,7 @@ void fill_random(core::ThreadPool& pool, const RandomFillArgs& a) {
   DI_CHECK(a.format == WeightFormat::kF32 || a.format == WeightFormat::kBF16, "fill_random stores float32 or bf16");
   pool.parallel_for(a.n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const float z = core::normal01(a.seed, static_cast<uint64_t>(i));
+      const float z = core::normal01(a.seed, static_cast<uint64_t>(a.first + i));
       const float v = a.mean == 0.0f ? a.std * z : a.mean + a.std * z;
       if (a.format == WeightFormat::kF32) static_cast<float*>(a.out)[i] = v;
       else static_cast<uint16_t*>(a.out)[i] = core::f32_to_bf16(v);

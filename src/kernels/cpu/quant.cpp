@@ -1,8 +1,11 @@
-// The reference's always-on fake quantisers (QAT semantics), per block of the last dim.
+// The reference's always-on fake quantisers (QAT semantics), per block of the last dim, and
+// the weight quantiser to the release formats (quantize_weight, model::quantize_matrix's rule).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace deepinfer::kernels::cpu {
@@ -73,9 +76,75 @@ void fake_quant(core::ThreadPool& pool, const FakeQuantArgs& a) {
   }, 64);
 }
 
+namespace {
+
+// ue8m0 code of 2^ceil(log2(amax / max_code)) by the quotient's exponent and mantissa fields
+// (core::pow2_ceil's rounding), clamped to [0, 254]; 0 for a block without a nonzero value.
+uint8_t pow2_scale_code(float amax, float max_code) {
+  if (!(amax > 0.0f)) return 0;
+  uint32_t b;
+  const float t = amax / max_code;
+  std::memcpy(&b, &t, 4);
+  const int k = static_cast<int>((b >> 23) & 0xFFu) - 127 + ((b & 0x7FFFFFu) != 0 ? 1 : 0);
+  return static_cast<uint8_t>(std::clamp(k + 127, 0, 254));
+}
+
+// Block row `br` of a QuantizeWeightArgs chunk (32 rows for kFP8Block32, else one row): its
+// scales and codes.
+void quantize_block_row(const QuantizeWeightArgs& a, int64_t br) {
+  const bool block32 = a.format == WeightFormat::kFP8Block32, fp4 = a.format == WeightFormat::kMXFP4;
+  const int64_t C = a.cols, sc_cols = (C + 31) / 32, packed = (C + 1) / 2;
+  const int64_t r0 = block32 ? br * 32 : br, r1 = block32 ? std::min(a.rows, r0 + 32) : br + 1;
+  const int64_t scale_row = block32 ? a.row0 / 32 + br : a.row0 + br;
+  const float max_code = fp4 ? 6.0f : 448.0f;
+  for (int64_t bc = 0; bc < sc_cols; ++bc) {
+    const int64_t c0 = bc * 32, c1 = std::min(C, c0 + 32);
+    float amax = 0.0f;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(a.x[r * C + c]));
+    const uint8_t code = pow2_scale_code(amax, max_code);
+    a.scales[scale_row * sc_cols + bc] = code;
+    const float s = core::e8m0_to_f32(code);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = a.x + r * C;
+      const int64_t g = a.row0 + r;
+      if (!fp4) {
+        for (int64_t c = c0; c < c1; ++c) a.codes[g * C + c] = core::f32_to_e4m3(std::clamp(x[c] / s, -448.0f, 448.0f));
+        continue;
+      }
+      for (int64_t c = c0; c < c1; c += 2) {  // blocks start at even columns: pairs never straddle two
+        const uint8_t lo = core::f32_to_e2m1(std::clamp(x[c] / s, -6.0f, 6.0f));
+        const uint8_t hi = c + 1 < c1 ? core::f32_to_e2m1(std::clamp(x[c + 1] / s, -6.0f, 6.0f)) : uint8_t{0};
+        a.codes[g * packed + c / 2] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+    }
+  }
+}
+
+int64_t block_rows(const QuantizeWeightArgs& a) {
+  DI_CHECK(a.format == WeightFormat::kFP8Block32 || a.format == WeightFormat::kFP8Row32 || a.format == WeightFormat::kMXFP4,
+           "quantize_weight stores kFP8Block32, kFP8Row32 or kMXFP4");
+  DI_CHECK(a.format != WeightFormat::kFP8Block32 || a.row0 % 32 == 0, "quantize_weight: a kFP8Block32 chunk starts at a multiple of 32 rows");
+  if (a.rows <= 0 || a.cols <= 0) return 0;
+  return a.format == WeightFormat::kFP8Block32 ? (a.rows + 31) / 32 : a.rows;
+}
+
+}  // namespace
+
+void quantize_weight(core::ThreadPool& pool, const QuantizeWeightArgs& a) {
+  pool.parallel_for(block_rows(a), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) quantize_block_row(a, b);
+  }, 1);
+}
+
 }  // namespace deepinfer::kernels::cpu
 
 namespace deepinfer::kernels {
+
+void quantize_weight_rows(const QuantizeWeightArgs& a) {
+  const int64_t n = cpu::block_rows(a);
+  for (int64_t b = 0; b < n; ++b) cpu::quantize_block_row(a, b);
+}
 
 void dequant_fake_quant(FakeQuant kind, const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t dim,
                         int64_t block, float* out) {

@@ -504,6 +504,7 @@ class CudaBackend final : public Backend {
   void rms_norm(const RmsNormArgs& a) override { cuda::rms_norm(a, cstream_); }
   void rope(const RopeArgs& a) override { cuda::rope(a, cstream_); }
   void fake_quant(const FakeQuantArgs& a) override { cuda::fake_quant(a, cstream_); }
+  void quantize_weight(const QuantizeWeightArgs& a) override { cuda::quantize_weight(a, cstream_); }
   void hc_collapse(const HcCollapseArgs& a) override { cuda::hc_collapse(a, cstream_); }
   void hc_expand(const HcExpandArgs& a) override { cuda::hc_expand(a, cstream_); }
   void attention(const AttentionArgs& a) override { cuda::attention(a, precision_ == Precision::kBF16, temp_, cstream_); }

@@ -2,8 +2,8 @@
 // backend's Stream, which carries its Settings). One file per op family, with the CPU
 // reference's stems (kernels/cpu): linear.cu (bf16 conversion, the any-format grouped product)
 // and linear_bf16.cu / .cuh (the bf16 GEMM), norm.cu (RMSNorm, RoPE, norm_rope_quant),
-// elementwise.cu (SwiGLU, compressor pooling), quant.cu (fake quantisation), mhc.cu (mHC mixes,
-// collapse, expand, Engram gate), attention.cu (dispatch; attention_f32.cu, attention_mma.cu,
+// elementwise.cu (SwiGLU, compressor pooling), quant.cu (fake and weight quantisation), mhc.cu
+// (mHC mixes, collapse, expand, Engram gate), attention.cu (dispatch; attention_f32.cu, attention_mma.cu,
 // attention_staging.cu the kernels), indexer.cu, select.cu (top-k, candidate blocks), moe.cu
 // (router, MoE permutation), gather.cu (gathers, scale, MoE combine, packed dequantisation,
 // batched copies, random fills), sample.cu, weights.cu (weight dequantisation); backend.cu is the
@@ -25,6 +25,8 @@ void rope(const RopeArgs& a, Stream s);
 void swiglu(const SwigluArgs& a, Stream s);
 void compress_pool(const CompressPoolArgs& a, Stream s);
 void fake_quant(const FakeQuantArgs& a, Stream s);
+// A warp per scale block (kernels::quantize_weight_rows's rule, the same bytes).
+void quantize_weight(const QuantizeWeightArgs& a, Stream s);
 // part: scratch of hc_mixes_scratch(rows) floats; counters: kGemmCounters zeroed ints, left
 // zeroed (or null: a second launch finishes the mixes).
 void hc_mixes(const HcMixesArgs& a, float* part, int* counters, Stream s);

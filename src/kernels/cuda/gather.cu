@@ -173,7 +173,7 @@ __global__ void fill_random_k(RandomFillArgs a) {
   DI_PDL_ENTRY();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= a.n) return;
-  const uint64_t s = d_splitmix64(a.seed), c = static_cast<uint64_t>(i);
+  const uint64_t s = d_splitmix64(a.seed), c = static_cast<uint64_t>(a.first + i);
   double u1 = static_cast<double>(d_splitmix64(s ^ (2 * c)) >> 11) * (1.0 / 9007199254740992.0);
   const double u2 = static_cast<double>(d_splitmix64(s ^ (2 * c + 1)) >> 11) * (1.0 / 9007199254740992.0);
   if (u1 < 1e-300) u1 = 1e-300;
