@@ -216,8 +216,12 @@ TEST(MemoryPlan, CheckpointCopiesAreCounted) {
   const model::MemoryPlan dev = model::plan_memory(ck->config(), ck.get(), device_options());
   auto be = kernels::make_cpu_backend(1);
   model::Weights w = model::load_weights(*ck);
-  EXPECT_GT(w.host_bytes(), 0);
-  expect_plan_matches(ck->config(), plan, w, dev, *be);
+  // Beyond the three converted tensors, float32 tensors misaligned behind the 6-byte one are copied.
+  const loader::ModelConfig& c = ck->config();
+  const int64_t converted = (c.q_lora_rank * c.hidden_size + (2 + c.hc_mult) * c.hc_mult * c.hc_mult * c.hidden_size +
+                             c.hidden_size) * 4;
+  EXPECT_GT(w.host_bytes(), converted);
+  expect_plan_matches(c, plan, w, dev, *be);
   EXPECT_EQ(plan.mapped + plan.host_copies, plan.weight_bytes());
   fs::remove_all(dir);
 }
