@@ -105,6 +105,10 @@ class LLM {
   int64_t vocab_size() const;
   int64_t max_model_len() const;  // EngineConfig.max_model_len as resolved against the model
   const EngineStats& last_stats() const;
+  // The memory plan checked at load, one line: weight bytes per format on the device, Engram
+  // tables, the state of one sequence at max_model_len, the state budget, host bytes, and the
+  // memory available then. (A model that does not fit throws from the constructor instead.)
+  const std::string& memory_report() const;
 
   struct Impl;
 

@@ -25,6 +25,7 @@ struct LLM::Impl {
   EngineStats stats;
   int64_t max_model_len = 0;  // resolved: EngineConfig.max_model_len or max_position_embeddings
   std::shared_ptr<grammar::GrammarCache> grammars;  // structured-output grammars, kept across runs
+  std::string memory_report;  // the memory plan checked at load, one line
 
   std::vector<RequestOutput> run(std::vector<engine::EngineRequest> reqs,
                                  const std::function<void(size_t, const RequestOutput&)>& on_finish = nullptr,
@@ -64,9 +65,15 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   if (config.threads < 0) throw Error("EngineConfig.threads: must be >= 0 (0 = automatic)");
   if (config.memory_fraction < 0 || config.memory_fraction > 1) throw Error("EngineConfig.memory_fraction: must be in [0, 1]");
   impl_->backend = kernels::make_backend(config.device, config.threads, config.dtype, config.batch_invariant);
+  engine::MemoryOptions memory;
+  memory.state_tokens = config.max_model_len;
+  memory.state_budget_bytes = config.memory_budget_bytes;
+  memory.memory_fraction = config.memory_budget_bytes > 0 ? 0.0 : config.memory_fraction;
+  memory.device = config.device;
   impl_->lm = engine::load_model(config.model, *impl_->backend,
                                  config.load_format == "random" ? engine::LoadFormat::kRandom : engine::LoadFormat::kAuto,
-                                 config.seed);
+                                 config.seed, memory);
+  impl_->memory_report = model::memory_plan_summary(impl_->lm.memory, impl_->lm.available);
   impl_->batches = std::make_unique<runner::BatchRunner>(*impl_->lm.model);
   const int64_t positions = impl_->lm.model->config().max_position_embeddings;
   if (config.max_model_len > positions)
@@ -80,6 +87,7 @@ LLM::~LLM() = default;
 int64_t LLM::vocab_size() const { return impl_->lm.model->config().vocab_size; }
 int64_t LLM::max_model_len() const { return impl_->max_model_len; }
 const EngineStats& LLM::last_stats() const { return impl_->stats; }
+const std::string& LLM::memory_report() const { return impl_->memory_report; }
 
 std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, const SamplingParams& params) {
   return generate(prompts, std::vector<SamplingParams>(prompts.size(), params));

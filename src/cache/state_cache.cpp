@@ -1,23 +1,13 @@
 #include "cache/state_cache.h"
 
-#include <cmath>
-
 #include "model/info.h"
 
 namespace deepinfer::cache {
 
 StateCache::StateCache(const loader::ModelConfig& config, kernels::Backend& backend, int64_t budget_bytes)
-    : config_(config), backend_(backend), budget_(budget_bytes) {
-  const model::StateBytes b = model::state_bytes(config);
-  fixed_ = b.fixed_stored;
-  per_token_ = b.per_token_stored;
-}
+    : config_(config), backend_(backend), budget_(budget_bytes) {}
 
-int64_t StateCache::bytes_for(int64_t n_tokens) const {
-  const double window_tokens = static_cast<double>(std::min<int64_t>(n_tokens, config_.sliding_window - 1));
-  const double window = fixed_ * window_tokens / static_cast<double>(std::max<int64_t>(1, config_.sliding_window - 1));
-  return static_cast<int64_t>(std::ceil(window + per_token_ * static_cast<double>(n_tokens)));
-}
+int64_t StateCache::bytes_for(int64_t n_tokens) const { return model::sequence_state_bytes(config_, n_tokens); }
 
 bool StateCache::fits(int64_t id, int64_t n_tokens) const {
   if (budget_ <= 0) return true;

@@ -43,7 +43,6 @@ class StateCache {
   kernels::Backend& backend_;
   int64_t budget_;
   int64_t reserved_ = 0;
-  double fixed_ = 0, per_token_ = 0;
   std::unordered_map<int64_t, std::unique_ptr<model::SequenceState>> states_;
   std::unordered_map<int64_t, int64_t> reservation_;
 };

@@ -23,6 +23,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "model/info.h"
+#include "model/memory_plan.h"
 #include "runner/batch_runner.h"
 
 namespace deepinfer::cli {
@@ -70,10 +71,14 @@ int cmd_logits(const std::vector<std::string>& args) {
   const int threads = f.count("threads") ? static_cast<int>(parse_int("threads", f["threads"], 0, 1024)) : 0;
 
   auto t0 = std::chrono::steady_clock::now();
-  auto backend = kernels::make_backend(f.count("device") ? f["device"] : "cpu", threads, f.count("dtype") ? f["dtype"] : "float32");
+  const std::string device = f.count("device") ? f["device"] : "cpu";
+  auto backend = kernels::make_backend(device, threads, f.count("dtype") ? f["dtype"] : "float32");
+  engine::MemoryOptions memory;
+  memory.state_tokens = static_cast<int64_t>(ids.size());
+  memory.device = device;
   engine::LoadedModel lm = engine::load_model(
       f["model"], *backend, fmt == "random" ? engine::LoadFormat::kRandom : engine::LoadFormat::kAuto,
-      f.count("seed") ? parse_uint64("seed", f["seed"]) : 0);
+      f.count("seed") ? parse_uint64("seed", f["seed"]) : 0, memory);
   model::DeepseekV41& m = *lm.model;
   runner::BatchRunner batches(m);
   const int64_t V = m.config().vocab_size;
@@ -115,29 +120,71 @@ int cmd_logits(const std::vector<std::string>& args) {
   });
   std::printf("top %lld next tokens after position %zu:\n", static_cast<long long>(k), ids.size() - 1);
   for (int64_t i = 0; i < k; ++i) std::printf("  %6lld  %.6f\n", static_cast<long long>(order[i]), last[order[i]]);
-  std::fprintf(stderr, "load %.3f s, forward %zu tokens %.3f s\n", std::chrono::duration<double>(t1 - t0).count(),
-               ids.size(), std::chrono::duration<double>(t2 - t1).count());
+  std::fprintf(stderr, "load %.3f s, forward %zu tokens %.3f s\n%s\n", std::chrono::duration<double>(t1 - t0).count(),
+               ids.size(), std::chrono::duration<double>(t2 - t1).count(),
+               model::memory_plan_summary(lm.memory, lm.available).c_str());
   return 0;
 }
 
+namespace {
+
+// True when `dir` holds safetensors weights (one file or an index of shards).
+bool has_weights(const std::filesystem::path& dir) {
+  if (std::filesystem::exists(dir / "model.safetensors.index.json")) return true;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") return true;
+  return false;
+}
+
+}  // namespace
+
 int cmd_info(const std::vector<std::string>& args) {
-  auto f = parse_flags(args, {"model"}, "info");
+  auto f = parse_flags(args, {"model", "device", "dtype", "load-format", "max-model-len", "memory-budget", "memory-fraction"},
+                       "info");
   if (f.count("help")) {
-    std::printf("deepinfer info --model DIR\n  Prints the derived layer schedule, parameter counts and state bytes.\n");
+    std::printf(
+        "deepinfer info --model DIR [--device cpu|cuda[:N]] [--dtype float32|bfloat16] [--load-format auto|random]\n"
+        "               [--max-model-len N] [--memory-budget BYTES] [--memory-fraction F]\n"
+        "  Prints the derived layer schedule, parameter counts, state bytes and the memory plan: weight\n"
+        "  bytes per stored format on the device (Engram tables apart), host allocations, the state of\n"
+        "  one sequence at --max-model-len (default max_position_embeddings) and the state budget,\n"
+        "  against the memory available now (--device cuda: the GPU's free memory; default cpu).\n");
     return 0;
   }
   if (!f.count("model")) throw Error("deepinfer info: --model DIR is required");
   if (!std::filesystem::is_directory(f["model"]))
     throw Error(f["model"] + ": not a directory (expected a checkpoint directory with config.json)");
+  const std::string fmt = f.count("load-format") ? f["load-format"] : "auto";
+  if (fmt != "auto" && fmt != "random") throw Error("flag --load-format: expected 'auto' or 'random', got '" + fmt + "'");
+  const std::string device = f.count("device") ? f["device"] : "cpu", dtype = f.count("dtype") ? f["dtype"] : "float32";
+  if (dtype != "float32" && dtype != "bfloat16") throw Error("flag --dtype: expected 'float32' or 'bfloat16', got '" + dtype + "'");
+  const bool cuda = device.rfind("cuda", 0) == 0;
+  if (!cuda && device != "cpu") throw Error("flag --device: expected 'cpu' or 'cuda[:N]', got '" + device + "'");
   loader::ModelConfig cfg = loader::load_config((std::filesystem::path(f["model"]) / "config.json").string());
   std::printf("%s", model::describe(cfg).c_str());
-  const model::MemoryNeed need = model::random_weights_memory(cfg, 4.0);
-  const int64_t avail = model::host_memory_available();
-  std::printf("memory: float32 weights %s + one sequence's state at %lld tokens %s = %s; available now %s\n",
-              model::human_bytes(need.weights).c_str(), static_cast<long long>(model::kStateTokens),
-              model::human_bytes(need.state).c_str(),
-              model::human_bytes(need.total()).c_str(),
-              avail < 0 ? "unknown" : model::human_bytes(static_cast<double>(avail)).c_str());
+
+  // The checkpoint's header gives the stored formats; without weights files, the random ones.
+  std::unique_ptr<loader::Checkpoint> ck;
+  const bool random = fmt == "random" || !has_weights(f["model"]);
+  if (!random) ck = loader::Checkpoint::open(f["model"]);
+  model::PlanOptions o;
+  o.host_backend = !cuda;
+  o.precision = dtype == "bfloat16" ? kernels::Precision::kBF16 : kernels::Precision::kFloat32;
+  o.device = device;
+  if (f.count("max-model-len")) {
+    o.state_tokens = parse_int("max-model-len", f["max-model-len"], 1, INT64_MAX);
+    if (o.state_tokens > cfg.max_position_embeddings)
+      throw Error("flag --max-model-len: " + std::to_string(o.state_tokens) + " is longer than the model's max_position_embeddings = " +
+                  std::to_string(cfg.max_position_embeddings));
+  }
+  if (f.count("memory-budget")) o.state_budget_bytes = parse_int("memory-budget", f["memory-budget"], 0, INT64_MAX);
+  const double fraction = f.count("memory-fraction") ? parse_float("memory-fraction", f["memory-fraction"], 0, 1) : 0.0;
+  if (o.state_budget_bytes == 0) o.memory_fraction = fraction;  // the engine's rule: a byte budget wins
+  model::MemoryAvailable avail;
+  avail.host = model::host_memory_available();
+  if (cuda && kernels::cuda_built()) avail.device = kernels::make_backend(device, 0, dtype)->memory_available();
+  if (random && fmt != "random") std::printf("(no .safetensors in %s: planned as --load-format random)\n", f["model"].c_str());
+  std::printf("%s", model::describe_memory_plan(model::plan_memory(cfg, ck.get(), o), avail).c_str());
   return 0;
 }
 

@@ -230,7 +230,10 @@ int cmd_run_batch(const std::vector<std::string>& args) {
                  jo.resume ? ")" : "");
   };
   std::unique_ptr<LLM> llm;
-  if (to_run > 0) llm = std::make_unique<LLM>(ec);  // not loaded when --resume finds every line done
+  if (to_run > 0) {  // not loaded when --resume finds every line done
+    llm = std::make_unique<LLM>(ec);
+    std::fprintf(stderr, "run-batch: %s\n", llm->memory_report().c_str());
+  }
   try {
     api::BatchHooks hooks;
     hooks.on_finish = [&](size_t) {

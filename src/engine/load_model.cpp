@@ -23,39 +23,44 @@ std::shared_ptr<const model::EngramHasher> make_engram_hasher(const loader::Mode
 
 namespace {
 
-// Random weights are allocated in full: refuse a config whose weights (plus one sequence's
-// first tokens of state) do not fit in the memory available now, before allocating any of it.
-// A device backend makes them in its own memory (release formats included), so only host
-// backends are checked, at float32 per parameter (what the host makes before converting).
-// Device memory is not queried here (the backend reports its own allocation failures).
-void check_random_memory(const loader::ModelConfig& c, const kernels::Backend& backend, const std::string& config_path) {
-  if (!backend.host_memory()) return;
-  const model::MemoryNeed need = model::random_weights_memory(c, 4.0);
-  const int64_t avail = model::host_memory_available();
-  if (avail < 0 || need.total() <= static_cast<double>(avail)) return;
-  throw Error(config_path + ": the model does not fit in memory: it needs " + model::human_bytes(need.total()) +
-              " (random float32 weights " + model::human_bytes(need.weights) + " + one sequence's state at " + std::to_string(model::kStateTokens) + " tokens " +
-              model::human_bytes(need.state) + ") but " + model::human_bytes(static_cast<double>(avail)) +
-              " is available (see `deepinfer info`)");
+model::MemoryAvailable measure(const kernels::Backend& backend, model::MemoryAvailable a) {
+  if (a.device < 0 && !backend.host_memory()) a.device = backend.memory_available();
+  if (a.host < 0) a.host = model::host_memory_available();
+  return a;
 }
 
-LoadedModel load_model_unchecked(const std::string& dir, kernels::Backend& backend, LoadFormat format, uint64_t seed) {
+model::PlanOptions plan_options(const kernels::Backend& backend, const MemoryOptions& m) {
+  model::PlanOptions o;
+  o.host_backend = backend.host_memory();
+  o.precision = backend.precision();
+  o.device = m.device.empty() ? backend.name() : m.device;
+  o.state_tokens = m.state_tokens;
+  o.state_budget_bytes = m.state_budget_bytes;
+  o.memory_fraction = m.memory_fraction;
+  return o;
+}
+
+LoadedModel load_model_unchecked(const std::string& dir, kernels::Backend& backend, LoadFormat format, uint64_t seed,
+                                 const MemoryOptions& memory) {
   LoadedModel lm;
   loader::ModelConfig cfg;
   model::Weights w;
+  lm.available = measure(backend, memory.available);
   if (format == LoadFormat::kRandom) {
     const std::string config_path = (fs::path(dir) / "config.json").string();
     cfg = loader::load_config(config_path);
-    check_random_memory(cfg, backend, config_path);
+    lm.memory = model::plan_memory(cfg, nullptr, plan_options(backend, memory));
+    model::check_memory_plan(lm.memory, lm.available, config_path);
     // Made in a device's memory directly (release formats quantised there too); without a
     // quantization_config the matrices are in bf16 when the backend computes in bf16 (the
     // values its products use anyway, at half the memory).
-    const auto fmt = backend.precision() == kernels::Precision::kBF16 ? kernels::WeightFormat::kBF16
-                                                                       : kernels::WeightFormat::kF32;
-    w = model::random_weights(cfg, seed, &backend, fmt);
+    const bool on_device = model::random_weights_on_device(cfg, backend.host_memory());
+    w = model::random_weights(cfg, seed, on_device ? &backend : nullptr, model::random_matmul_format(backend.precision()));
   } else {
     lm.checkpoint = loader::Checkpoint::open(dir);
     cfg = lm.checkpoint->config();
+    lm.memory = model::plan_memory(cfg, lm.checkpoint.get(), plan_options(backend, memory));
+    model::check_memory_plan(lm.memory, lm.available, dir);
     w = model::load_weights(*lm.checkpoint);
   }
   if (fs::exists(fs::path(dir) / "tokenizer.json")) lm.tokenizer = tokenizer::Tokenizer::load(dir);
@@ -66,9 +71,10 @@ LoadedModel load_model_unchecked(const std::string& dir, kernels::Backend& backe
 
 }  // namespace
 
-LoadedModel load_model(const std::string& dir, kernels::Backend& backend, LoadFormat format, uint64_t seed) {
+LoadedModel load_model(const std::string& dir, kernels::Backend& backend, LoadFormat format, uint64_t seed,
+                       const MemoryOptions& memory) {
   try {
-    return load_model_unchecked(dir, backend, format, seed);
+    return load_model_unchecked(dir, backend, format, seed, memory);
   } catch (const std::bad_alloc&) {
     throw Error(dir + ": out of memory while loading the model (`deepinfer info --model " + dir +
                 "` shows what it needs; " + model::human_bytes(static_cast<double>(model::host_memory_available())) +

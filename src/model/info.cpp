@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -59,16 +60,11 @@ int64_t host_memory_available() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : -1;
 }
 
-MemoryNeed random_weights_memory(const loader::ModelConfig& c, double bytes_per_param) {
-  MemoryNeed m;
-  m.weights = static_cast<double>(count_params(c).total()) * bytes_per_param;
-  // State grows with the tokens (the window rings up to sliding_window - 1 entries): count
-  // one sequence's first kStateTokens; longer contexts are the memory budget's business.
+int64_t sequence_state_bytes(const loader::ModelConfig& c, int64_t n_tokens) {
   const StateBytes b = state_bytes(c);
-  const double window = static_cast<double>(std::max<int64_t>(c.sliding_window - 1, 1));
-  const double t = static_cast<double>(kStateTokens);
-  m.state = b.fixed_stored * std::min(1.0, t / window) + b.per_token_stored * t;
-  return m;
+  const int64_t ring = std::max<int64_t>(1, c.sliding_window - 1);
+  const double window = b.fixed_stored * static_cast<double>(std::min(n_tokens, ring)) / static_cast<double>(ring);
+  return static_cast<int64_t>(std::ceil(window + b.per_token_stored * static_cast<double>(n_tokens)));
 }
 
 std::string human_bytes(double bytes) {

@@ -27,15 +27,10 @@ std::string describe(const loader::ModelConfig& c);
 // physical pages), in bytes; -1 when neither can be read.
 int64_t host_memory_available();
 
-// Bytes that random weights at this config's shapes take while they are made (float32 on the
-// host, or `bytes_per_param` each elsewhere), plus the state of one sequence's first
-// kStateTokens tokens (state grows with the context; the engine's memory budget governs more).
-constexpr int64_t kStateTokens = 4096;
-struct MemoryNeed {
-  double weights = 0, state = 0;
-  double total() const { return weights + state; }
-};
-MemoryNeed random_weights_memory(const loader::ModelConfig& c, double bytes_per_param = 4.0);
+// Bytes of state one sequence holds with n_tokens computed, as stored: the window rings fill up
+// to sliding_window - 1 tokens, the compressed KV, indexer keys and Engram history grow with
+// every token (what the engine's StateCache reserves).
+int64_t sequence_state_bytes(const loader::ModelConfig& c, int64_t n_tokens);
 // "1.23 GB" style.
 std::string human_bytes(double bytes);
 

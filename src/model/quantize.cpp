@@ -15,6 +15,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 uint8_t* own_bytes(Weights& w, int64_t n) {
   w.owned_bytes.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+  w.owned_byte_count += n;
   return w.owned_bytes.back().get();
 }
 
@@ -31,6 +32,7 @@ Mat quantize_matrix(const Mat& m, kernels::WeightFormat to, Weights& owner) {
   switch (to) {
     case kernels::WeightFormat::kF32: {
       owner.owned.emplace_back(new float[static_cast<size_t>(std::max<int64_t>(R * C, 1))]);
+      owner.owned_floats += R * C;
       std::copy(x.begin(), x.end(), owner.owned.back().get());
       out.data = owner.owned.back().get();
       return out;

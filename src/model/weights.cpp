@@ -120,6 +120,14 @@ const float* widen(Weights& w, const Mat& m) {
 
 std::string dtype_str(const loader::TensorInfo& t) { return std::string(core::dtype_name(t.dtype)) + " " + t.shape_str(); }
 
+// An FP8 tensor's scales: 32x32 blocks for dense weights; per-row blocks of 32 (Engram tables)
+// when its `.scale` companion has a row per weight row.
+bool fp8_per_row(const loader::Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols) {
+  const std::vector<int64_t> block = {ceil_div(rows, 32), ceil_div(cols, 32)}, row = {rows, ceil_div(cols, 32)};
+  const loader::TensorInfo* sc = ck.find(name.substr(0, name.size() - 6) + "scale");
+  return sc && sc->shape == row && row != block;
+}
+
 // The `.scale` companion of an FP8/MXFP4 tensor, checked for dtype and shape.
 const uint8_t* fetch_scale(const loader::Checkpoint& ck, const loader::TensorInfo& t, const std::string& name,
                            const std::vector<int64_t>& shape) {
@@ -188,13 +196,11 @@ Mat fetch_mat(const loader::Checkpoint& ck, Weights& w, const std::string& name,
       break;
     }
     case core::DType::F8_E4M3: {
-      // 32x32 blocks for dense weights; per-row blocks of 32 for Engram tables.
-      const std::vector<int64_t> block = {ceil_div(rows, 32), ceil_div(cols, 32)}, row = {rows, ceil_div(cols, 32)};
-      const std::string sname = name.substr(0, name.size() - 6) + "scale";
-      const loader::TensorInfo* sc = ck.find(sname);
-      const bool per_row = sc && sc->shape == row && row != block;
+      const bool per_row = fp8_per_row(ck, name, rows, cols);
       m.format = per_row ? kernels::WeightFormat::kFP8Row32 : kernels::WeightFormat::kFP8Block32;
-      m.scale = fetch_scale(ck, *t, name, per_row ? row : block);
+      m.scale = fetch_scale(ck, *t, name,
+                            per_row ? std::vector<int64_t>{rows, ceil_div(cols, 32)}
+                                    : std::vector<int64_t>{ceil_div(rows, 32), ceil_div(cols, 32)});
       break;
     }
     default:  // MXFP4
@@ -209,6 +215,7 @@ Mat fetch_mat(const loader::Checkpoint& ck, Weights& w, const std::string& name,
       auto* bytes = new uint8_t[static_cast<size_t>(rows * cols * 2)];
       std::memcpy(bytes, t->data, static_cast<size_t>(rows * cols * 2));
       w.owned_bytes.emplace_back(bytes);
+      w.owned_byte_count += rows * cols * 2;
       tmp.data = bytes;
     }
     m = Mat::f32(widen(w, tmp), rows, cols);
@@ -241,6 +248,48 @@ const float* fetch_vec(const loader::Checkpoint& ck, Weights& w, const std::stri
 }
 
 }  // namespace
+
+void for_each_tensor(const ModelConfig& c, const std::function<void(const TensorSpec&)>& f) {
+  Weights dummy;
+  Visitor v;
+  v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat*, bool need_f32) {
+    f(TensorSpec{name, r, cols, true, need_f32});
+  };
+  v.vec = [&](const std::string& name, int64_t n, const float**, int) { f(TensorSpec{name, n, 1, false, false}); };
+  visit(c, dummy, v);
+}
+
+// The decisions of fetch_mat and fetch_vec, without reading or copying anything.
+CheckpointPlacement checkpoint_placement(const loader::Checkpoint& ck, const loader::TensorInfo& t, const TensorSpec& s) {
+  using F = kernels::WeightFormat;
+  const int64_t n = s.rows * s.cols;
+  const auto addr = reinterpret_cast<uintptr_t>(t.data);
+  const bool aligned4 = addr % alignof(float) == 0, aligned2 = addr % 2 == 0;
+  const bool is_float = t.dtype == core::DType::F32 || t.dtype == core::DType::BF16 || t.dtype == core::DType::F16;
+  if (!s.matrix) {
+    if (!is_float || t.shape != std::vector<int64_t>{s.rows}) return {F::kF32, 0, false};
+    return {F::kF32, t.dtype == core::DType::F32 && aligned4 ? 0 : n * 4};
+  }
+  const bool packed = t.dtype == core::DType::I8 || t.dtype == core::DType::U8;
+  if (t.shape != std::vector<int64_t>{s.rows, packed ? ceil_div(s.cols, 2) : s.cols}) return {F::kF32, 0, false};
+  CheckpointPlacement p;
+  switch (t.dtype) {
+    case core::DType::F32: p = {F::kF32, aligned4 ? 0 : n * 4}; break;
+    case core::DType::BF16:
+      if (!aligned2) return {F::kF32, n * 2 + n * 4};  // the bytes copied, then widened
+      p = {F::kBF16, 0};
+      break;
+    case core::DType::F16: p = {F::kF32, n * 4}; break;
+    case core::DType::F8_E4M3:
+      p = {fp8_per_row(ck, s.name, s.rows, s.cols) ? F::kFP8Row32 : F::kFP8Block32, 0};
+      break;
+    case core::DType::I8:
+    case core::DType::U8: p = {F::kMXFP4, 0}; break;
+    default: return {F::kF32, 0, false};
+  }
+  if (s.need_f32 && p.format != F::kF32) p = {F::kF32, p.host_copy + n * 4};
+  return p;
+}
 
 int64_t Weights::stored_bytes() const {
   int64_t b = 0;

@@ -85,12 +85,37 @@ struct Weights {
   std::vector<std::unique_ptr<float[]>> owned;
   int64_t owned_floats = 0;
   std::vector<std::unique_ptr<uint8_t[]>> owned_bytes;
+  int64_t owned_byte_count = 0;  // bytes held in owned_bytes
   // Copies in a device backend's memory (upload_weights); the pointers above then point here.
   std::vector<kernels::Buf<uint8_t>> device;
   bool on_backend = false;  // every pointer is in a device backend's memory
   // Bytes of every weight in its stored format (what a forward reads at most).
   int64_t stored_bytes() const;
+  // Bytes of host memory the owned storage holds (copies, conversions, host-made weights).
+  int64_t host_bytes() const { return owned_floats * 4 + owned_byte_count; }
 };
+
+// One tensor the text model reads, as the loader visits it.
+struct TensorSpec {
+  std::string name;          // canonical (release) name
+  int64_t rows = 0, cols = 1;  // a vector has cols 1
+  bool matrix = false;
+  bool need_f32 = false;     // a matrix the forward reads as a float array (any stored format widened)
+};
+// Calls `f` for every tensor of the text model, in the loader's order (the same walk as
+// load_weights, random_weights and upload_weights).
+void for_each_tensor(const loader::ModelConfig& c, const std::function<void(const TensorSpec&)>& f);
+
+// How load_weights keeps checkpoint tensor `t` (found for `s`): its format (F16 widened to
+// float32, FP8 by its scale's shape, any format widened under need_f32) and the bytes it copies
+// into host memory (widened or misaligned tensors; 0 when it is read in place from the map).
+// loadable is false for a dtype or shape load_weights refuses (it names the tensor).
+struct CheckpointPlacement {
+  kernels::WeightFormat format = kernels::WeightFormat::kF32;
+  int64_t host_copy = 0;
+  bool loadable = true;
+};
+CheckpointPlacement checkpoint_placement(const loader::Checkpoint& ck, const loader::TensorInfo& t, const TensorSpec& s);
 
 // Loads and checks every tensor the text model reads, each kept in its stored format:
 // F32 and BF16 mapped in place; F8_E4M3 with its `.scale` companion (ue8m0 per 32x32 block,

@@ -136,6 +136,50 @@ TEST_F(Cli, InfoPrintsSchedule) {
   EXPECT_THAT(r.out, HasSubstr("8 layers"));
 }
 
+// `info` prints the memory plan: weights per stored format, Engram tables, host allocations,
+// the state of one sequence at --max-model-len and the budget, against what is available.
+TEST_F(Cli, InfoPrintsTheMemoryPlan) {
+  const std::string q = std::string(DEEPINFER_TEST_DATA) + "/v41/full-q";
+  const Outcome r = run("info --model " + quote(q) + " --max-model-len 512");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("kv_source_layer_ids"));  // the schedule still comes first
+  EXPECT_THAT(r.out, HasSubstr("memory plan: checkpoint weights as stored, on cpu (host memory)"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("  weights [0-9.]+ [KM]B: .*FP8 .*MXFP4 "));
+  EXPECT_THAT(r.out, HasSubstr("  Engram tables 20.5 KB: FP8 20.5 KB"));
+  EXPECT_THAT(r.out, HasSubstr("mapped from the checkpoint, read in place: "));
+  EXPECT_THAT(r.out, HasSubstr("state for one sequence of 512 tokens"));
+  EXPECT_THAT(r.out, HasSubstr("no state budget"));
+  EXPECT_THAT(r.out, HasSubstr("needs in host memory: "));
+  EXPECT_THAT(r.out, HasSubstr("fits: yes"));
+  // For a GPU: the device's figure, the budget rule, and random weights in the chosen precision.
+  const Outcome d = run("info --model " + quote(kCed) + " --device cuda --dtype bfloat16 --load-format random --memory-fraction 0.5");
+  ASSERT_EQ(d.code, 0) << d.err;
+  EXPECT_THAT(d.out, HasSubstr("memory plan: random weights made on the backend, on cuda\n"));
+  EXPECT_THAT(d.out, ::testing::ContainsRegex("  weights [0-9.]+ [KM]B: BF16 "));
+  EXPECT_THAT(d.out, HasSubstr("state budget 0.5 of the memory free after loading"));
+  EXPECT_THAT(d.out, HasSubstr("needs on cuda: "));
+  EXPECT_THAT(d.out, HasSubstr("host allocations: none"));
+  EXPECT_THAT(expect_error("info --model " + quote(kCed) + " --device tpu"), HasSubstr("flag --device"));
+  EXPECT_THAT(expect_error("info --model " + quote(kCed) + " --memory-fraction 2"), HasSubstr("flag --memory-fraction"));
+  EXPECT_THAT(expect_error("info --model " + quote(kCed) + " --max-model-len 4096"),
+              HasSubstr("flag --max-model-len: 4096 is longer than the model's max_position_embeddings = 1024"));
+}
+
+// run-batch reports the plan it checked on stderr when it starts; logits with its load time.
+TEST_F(Cli, RunBatchAndLogitsReportTheirMemory) {
+  const std::string q = std::string(DEEPINFER_TEST_DATA) + "/v41/full-q";
+  std::ofstream(path("in.jsonl")) << R"({"custom_id": "a", "body": {"prompt_token_ids": [5, 6], "max_tokens": 1}})" << "\n";
+  const Outcome r = run("run-batch --model " + quote(q) + " --input " + quote(path("in.jsonl")) + " --output " +
+                        quote(path("out.jsonl")) + " --max-model-len 64");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("^run-batch: memory on cpu: weights: .*MXFP4 .*; Engram tables FP8 .*; state "
+                                              "for one sequence of 64 tokens .*; host .* available\n"));
+  const Outcome l = run(logits_args(q, q + "/golden/tokens.npy"));
+  ASSERT_EQ(l.code, 0) << l.err;
+  EXPECT_THAT(l.err, HasSubstr("\nmemory on cpu: weights: "));
+  EXPECT_THAT(l.err, HasSubstr("state for one sequence of 40 tokens"));
+}
+
 TEST_F(Cli, HelpExitsZero) {
   EXPECT_EQ(run("--help").code, 0);
   const Outcome r = run("logits --help");
@@ -517,10 +561,11 @@ TEST_F(Cli, ModelLargerThanMemoryIsRefusedBeforeLoading) {
   j["vocab_size"] = 2000000000;
   j["hidden_size"] = 200000;
   std::ofstream(m / "config.json") << j.dump();
-  const Outcome info = run("info --model " + quote(m.string()));
+  const Outcome info = run("info --model " + quote(m.string()) + " --load-format random");
   ASSERT_EQ(info.code, 0) << info.err;
-  EXPECT_THAT(info.out, HasSubstr("memory: float32 weights "));
+  EXPECT_THAT(info.out, HasSubstr("memory plan: random weights made on the host, on cpu (host memory)"));
   EXPECT_THAT(info.out, HasSubstr("available now "));
+  EXPECT_THAT(info.out, HasSubstr("fits: no"));
   const std::string err = expect_error(logits_args(m.string(), kTokens, "--load-format random"));
   EXPECT_THAT(err, HasSubstr("does not fit in memory: it needs"));
   EXPECT_THAT(err, HasSubstr("is available"));

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/npy.h"
 #include "engine/load_model.h"
 #include "kernels/backend.h"
@@ -152,6 +153,41 @@ TEST(CudaModel, RandomReleaseModelRunsLikeTheCpu) {
   const double err = rel_err(og, oc);
   std::printf("[random full-q] GPU logits vs the CPU's: rel err %.3g\n", err);
   EXPECT_LE(err, 1e-2);
+}
+
+
+// The memory plan load_model checks against the GPU's free memory counts exactly the bytes the
+// load allocates on the device: random bf16 weights made there, the release checkpoint uploaded
+// as stored, and random release-format weights made and quantised on the device.
+TEST(CudaModel, MemoryPlanIsTheDeviceBytesAllocated) {
+  const std::string data = std::string(DEEPINFER_TEST_DATA) + "/v41/";
+  struct Case {
+    std::string fixture;
+    engine::LoadFormat format;
+  };
+  for (const Case& k : {Case{"full", engine::LoadFormat::kRandom}, Case{"full-q", engine::LoadFormat::kAuto},
+                        Case{"full-q", engine::LoadFormat::kRandom}}) {
+    SCOPED_TRACE(k.fixture);
+    auto gpu = kernels::make_cuda_backend(0, kernels::Precision::kBF16);
+    engine::LoadedModel lm = engine::load_model(data + k.fixture, *gpu, k.format);
+    int64_t allocated = 0;
+    for (const auto& b : lm.model->weights().device) allocated += b.bytes();
+    EXPECT_EQ(lm.memory.weight_bytes(), allocated);
+    EXPECT_GT(lm.available.device, lm.memory.device_needed());
+    EXPECT_EQ(lm.memory.options.device, "cuda");
+  }
+  // Too little free memory (injected): refused before the load, naming both figures.
+  auto gpu = kernels::make_cuda_backend(0);
+  engine::MemoryOptions m;
+  m.available.device = 4096;
+  m.device = "cuda:0";
+  try {
+    engine::load_model(data + "full-q", *gpu, engine::LoadFormat::kAuto, 0, m);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the model does not fit on cuda:0: it needs "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("but 4.1 KB is free"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaModel, Bf16MatmulMatchesTheCpuOnRoundedInputs) {
