@@ -110,21 +110,28 @@ int main(int argc, char** argv) {
   auto t0 = Clock::now();
   model::Weights w = model::random_weights(cfg, static_cast<uint64_t>(seed), be.get(), fmt);
   const double stored = static_cast<double>(w.stored_bytes());
+  // Bytes a decode token reads as stored (K experts a layer, one embedding row), and one routed
+  // expert's bytes over all layers: the bytes of a step follow from the experts it touches.
+  double all_experts = 0;
+  for (const auto& L : w.layers)
+    for (const auto* v : {&L.ffn.w1, &L.ffn.w2, &L.ffn.w3})
+      for (size_t e = 0; e + 1 < v->size(); ++e) all_experts += static_cast<double>(kernels::weight_bytes((*v)[e]));
+  const double expert_bytes = all_experts / static_cast<double>(std::max<int64_t>(1, cfg.n_routed_experts));
+  const double embed_row = static_cast<double>(kernels::weight_bytes(w.embed)) / static_cast<double>(cfg.vocab_size);
+  const double dense_bytes = static_cast<double>(model::active_weight_bytes(cfg, w)) -
+                             expert_bytes * static_cast<double>(cfg.num_experts_per_tok) - embed_row;
   model::DeepseekV41 m(cfg, std::move(w), *be);
   runner::BatchRunner batches(m);
   batches.set_graphs(graphs);
   be->synchronize();
-  std::printf("model %s: %.2fB parameters (%.2fB active per token), %s weights %.1f GB, made in %.1f s on %s, dtype %s, batch invariant %s, graphs %s\n",
+  std::printf("model %s: %.2fB parameters (%.2fB active per token), weights %.1f GB (%s), made in %.1f s on %s, dtype %s, batch invariant %s, graphs %s\n",
               config_dir.c_str(), static_cast<double>(pc.total()) / 1e9, static_cast<double>(pc.active_per_token(cfg)) / 1e9,
-              format.c_str(), stored / 1e9, since(t0), device.c_str(), dtype.c_str(), invariant ? "on" : "off", batches.graphs() ? "on" : "off");
+              stored / 1e9, cfg.quantization.present ? "release formats" : format.c_str(), since(t0), device.c_str(), dtype.c_str(), invariant ? "on" : "off", batches.graphs() ? "on" : "off");
   std::printf("limits: %.2f TB/s memory bandwidth, %.0f TFLOP/s matmul peak\n", bandwidth / 1e12, peak / 1e12);
 
   // Bytes one decode step reads: the non-expert weights once, each expert some token routes
   // to once (expected count under uniform routing), the embedding rows, and every sequence's
-  // state (window rings, compressed KV and indexer keys, read as stored).
-  const double wbytes = format == "bf16" ? 2.0 : 4.0;
-  const double expert_params = static_cast<double>(pc.routed_experts) / static_cast<double>(cfg.n_routed_experts);
-  const double dense_params = static_cast<double>(pc.total() - pc.routed_experts - pc.embed);
+  // state (window rings, compressed KV and indexer keys, read as stored); weights as stored.
   const model::StateBytes sb = model::state_bytes(cfg);
   for (int64_t B : parse_list(batches_s)) {
     const int64_t ctx = B == 1 ? context : batch_context;
@@ -154,9 +161,8 @@ int main(int argc, char** argv) {
     const double t = times[times.size() / 2];
     const double E = static_cast<double>(cfg.n_routed_experts), K = static_cast<double>(cfg.num_experts_per_tok);
     const double touched = E * (1.0 - std::pow(1.0 - K / E, static_cast<double>(B)));
-    const double bytes = (dense_params + touched * expert_params) * wbytes +
-                         static_cast<double>(B) * (static_cast<double>(cfg.hidden_size) * wbytes + sb.fixed_stored +
-                                                   sb.per_token_stored * static_cast<double>(ctx));
+    const double bytes = dense_bytes + touched * expert_bytes +
+                         static_cast<double>(B) * (embed_row + sb.fixed_stored + sb.per_token_stored * static_cast<double>(ctx));
     std::printf("decode batch %4lld, context %5lld: median step %8.2f ms (min %.2f) = %8.1f tokens/s; %.2f GB per step "
                 "(%.1f experts touched) -> %.0f GB/s = %.1f%% of bandwidth (roofline step %.2f ms); prefill of the contexts %.1f s\n",
                 static_cast<long long>(B), static_cast<long long>(ctx), t * 1e3, times.front() * 1e3,

@@ -388,11 +388,13 @@ class CudaBackend final : public Backend {
   void gemm(const MatmulArgs& a, bool bf16, const __nv_bfloat16* xb = nullptr) {
     if (a.m == 0 || a.n == 0) return;
     const int64_t G = std::max<int64_t>(1, a.groups);
-    // FP8 / MXFP4 weights the bf16 GEMM cannot read as stored: dequantised to bf16 (exact) and
-    // multiplied as bf16 weights are (the same bits as reading them would give).
+    // FP8 / MXFP4 weights the bf16 GEMM cannot read as stored, or products of more than
+    // kStoredRows rows (compute-bound: the warpgroup tilings, which read bf16 weights, are faster
+    // than decoding the codes in every tile): dequantised to bf16 (exact) and multiplied as
+    // bf16 weights are (the same bits as reading them gives).
     if (bf16 && stored_format(a.w.format) && cuda::gemm_bf16_fits(a.n, a.k) &&
-        !(cuda::gemm_bf16_reads(a.w.format, a.w.data, a.w_row0, a.k) &&
-          (G == 1 || cuda::gemm_bf16_reads(a.w.format, a.w.data, a.w_row0 + a.n, a.k)))) {
+        (a.m > kStoredRows || !(cuda::gemm_bf16_reads(a.w.format, a.w.data, a.w_row0, a.k) &&
+                                 (G == 1 || cuda::gemm_bf16_reads(a.w.format, a.w.data, a.w_row0 + a.n, a.k))))) {
       auto* wtmp = scratch<uint16_t>(G * a.n * a.k);
       cuda::dequant_bf16(a.w, a.w_row0, G * a.n, wtmp, cstream_);
       MatmulArgs b = a;
@@ -653,6 +655,7 @@ class CudaBackend final : public Backend {
   // compute-bound, float32 tiles small enough that decode is not.
   static constexpr int64_t kTileBf16 = 256, kTileF32 = 64;
   static constexpr int64_t kOwnGemmRows = 64;  // non-invariant mode: the mma kernel up to here
+  static constexpr int64_t kStoredRows = 128;  // dense FP8 / MXFP4 products read as stored up to here
   static constexpr size_t kCacheMax = size_t{64} << 20;  // 64 MiB
   // Eight size classes per power of two (at most 12.5% rounding), 512 bytes at least.
   static size_t size_class(size_t n) {

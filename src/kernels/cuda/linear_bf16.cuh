@@ -4,8 +4,6 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/linear.cuh"
@@ -38,25 +36,51 @@ template <int N>
 __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
-// Stored weight codes to bf16 mma operands (exact: e4m3 and e2m1 values times a power of two
-// have at most 4 significant bits). A ue8m0 scale byte as float (255: NaN).
-__device__ __forceinline__ float e8m0_f32(uint32_t v) {
-  return v == 255u ? __int_as_float(0x7FC00000) : v == 0u ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(v << 23));
+// Stored weight codes to bf16 mma operands, exactly the bf16 rounding of code x scale (what
+// dequantising to bf16 gives): the codes' bits moved into bf16 fields give code x 2^-120 (e4m3)
+// or code x 2^-126 (e2m1), subnormals included; one bf16 multiply by the power of two
+// 2^(s - 7) or 2^(s - 1) (a second where that exceeds bf16's range) then rounds the exact
+// product once. (A NaN code, e4m3 0x7F / 0xFF, which the quantiser never makes, decodes as
+// 480 x scale rather than NaN; code 8 of e2m1 gives -0, whose products add as +0's do.)
+struct StoredScale {
+  uint32_t f1, f2;  // bf16x2 factors; f2 applies where two (rare)
+  bool two;
+};
+// The factors of ue8m0 byte s for codes read as code x 2^-bias (bias 120: e4m3, 126: e2m1).
+template <int kBias>
+__device__ __forceinline__ StoredScale stored_scale(uint32_t s) {
+  const int e = static_cast<int>(s) - 127 + kBias;  // 2^e, e >= -7
+  StoredScale r;
+  if (s == 255u) {
+    r = {0x7FC07FC0u, 0u, false};
+  } else if (e <= 127) {
+    const uint32_t b = static_cast<uint32_t>(e + 127) << 7;
+    r = {b | (b << 16), 0u, false};
+  } else {
+    const uint32_t b = static_cast<uint32_t>(e - 127 + 127) << 7;
+    r = {0x7F007F00u, b | (b << 16), true};  // 2^127, then 2^(e - 127)
+  }
+  return r;
 }
-// Two e4m3 codes (the low byte first) times s, as the bf16 pair of an mma operand.
-__device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint16_t c, float s) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(c), __NV_E4M3);
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-  return pack_bf16(f.x * s, f.y * s);
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
 }
-// An e2m1 code (sign in bit 3; code 8 is +0, as d_e2m1_to_f32) as float.
-__device__ __forceinline__ float e2m1_f32(uint32_t c) {
-  const uint32_t m = c & 7u;
-  const float v = m < 2u ? 0.5f * static_cast<float>(m) : __int_as_float(static_cast<int>((((m >> 1) + 126u) << 23) | ((m & 1u) << 22)));
-  return (c & 8u) && m ? -v : v;
+__device__ __forceinline__ uint32_t scaled(uint32_t v, const StoredScale& sc) {
+  v = bf16x2_mul(v, sc.f1);
+  return sc.two ? bf16x2_mul(v, sc.f2) : v;
 }
-// A byte of two e2m1 codes (the low nibble first) times s, as a bf16 pair.
-__device__ __forceinline__ uint32_t e2m1x2_bf16x2(uint32_t b, float s) { return pack_bf16(e2m1_f32(b & 15u) * s, e2m1_f32(b >> 4) * s); }
+// Two e4m3 codes (the low byte first) as bf16 code x 2^-120: byte b -> (b & 0x80) << 8 | (b & 0x7F) << 4.
+__device__ __forceinline__ uint32_t e4m3x2_bits(uint32_t c) {
+  const uint32_t t = __byte_perm(c, 0u, 0x1404u);  // [0, b0, 0, b1]
+  return ((t & 0x7F007F00u) >> 4) | (t & 0x80008000u);
+}
+// A byte of two e2m1 codes (the low nibble first) as bf16 code x 2^-126: nibble c -> (c & 8) << 12 | (c & 7) << 6.
+__device__ __forceinline__ uint32_t e2m1x2_bits(uint32_t b) {
+  const uint32_t y = (b & 0xFu) | ((b & 0xF0u) << 12);  // nibbles at bits 0 and 16
+  return ((y & 0x00070007u) << 6) | ((y & 0x00080008u) << 12);
+}
 
 // Shared memory of a launch: per stage the x slice (bf16) and the weight slice (bf16; or, WQ,
 // the stored codes and their scales).
@@ -333,6 +357,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
         if (kt > 0 && kt % SEG == 0) fold();  // a segment ended
       const __nv_bfloat16* a_s = sA + (kt % STAGES) * SA;
       const __nv_bfloat16* b_s = sB + (kt % STAGES) * SB;
+      StoredScale wsc[WQ ? NI : 1];  // WQ: the current 32 k's scales of the warp's columns
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
         uint32_t af[MI][4], bf[NI][2];
@@ -342,18 +367,25 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
           // Operand pairs (k, k + 1) and (k + 8, k + 9) of column n, k = kk + 2 (lane % 4).
           const unsigned char* q_s = sBq + (kt % STAGES) * SBB;
           const unsigned char* s_s = sS + (kt % STAGES) * SSB;
+          if (kk % 32 == 0) {  // a scale covers 32 k: two k16 steps
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+              const int n = wn * TN + j * 8 + lane / 4;
+              wsc[j] = stored_scale<WQ == 1 ? 120 : 126>(s_s[(WQ == 1 ? n / 32 : n) * KB + kk / 32]);
+            }
+          }
 #pragma unroll
           for (int j = 0; j < NI; ++j) {
             const int n = wn * TN + j * 8 + lane / 4;
-            const float sc = e8m0_f32(s_s[(WQ == 1 ? n / 32 : n) * KB + kk / 32]);
+            const StoredScale& sc = wsc[j];
             if constexpr (WQ == 1) {
               const unsigned char* q = q_s + n * LDQ + kk + 2 * (lane % 4);
-              bf[j][0] = e4m3x2_bf16x2(*reinterpret_cast<const uint16_t*>(q), sc);
-              bf[j][1] = e4m3x2_bf16x2(*reinterpret_cast<const uint16_t*>(q + 8), sc);
+              bf[j][0] = scaled(e4m3x2_bits(*reinterpret_cast<const uint16_t*>(q)), sc);
+              bf[j][1] = scaled(e4m3x2_bits(*reinterpret_cast<const uint16_t*>(q + 8)), sc);
             } else {
               const unsigned char* q = q_s + n * LDQ + kk / 2 + lane % 4;
-              bf[j][0] = e2m1x2_bf16x2(q[0], sc);
-              bf[j][1] = e2m1x2_bf16x2(q[4], sc);
+              bf[j][0] = scaled(e2m1x2_bits(q[0]), sc);
+              bf[j][1] = scaled(e2m1x2_bits(q[4]), sc);
             }
           }
         } else {
