@@ -235,7 +235,6 @@ class CudaBackend final : public Backend {
       std::abort();
     }
     if (a.rows == 0) return;
-    if (precision_ == Precision::kBF16 && stored_unread(a)) return grouped_dequantised(a);
     bool tensor_cores = precision_ == Precision::kBF16 && cuda::gemm_bf16_fits(a.n, a.k) && a.experts > 0;
     const WeightFormat wf = a.experts > 0 ? a.w[0].format : WeightFormat::kBF16;  // every expert's, on the tensor cores
     for (const WeightView* w : {a.w, a.w2}) {
@@ -248,7 +247,7 @@ class CudaBackend final : public Backend {
                        static_cast<long long>(a.n), static_cast<long long>(a.k));
           std::abort();
         }
-        tensor_cores = tensor_cores && v.format == wf && cuda::gemm_bf16_reads(v.format, v.data, 0, a.k);
+        tensor_cores = tensor_cores && v.format == wf && cuda::gemm_bf16_reads(v.format, v.data, v.scale, 0, a.k);
       }
     }
     const WeightView* table = expert_table(a.w, a.experts);
@@ -285,7 +284,7 @@ class CudaBackend final : public Backend {
     if (one) p.w_format = a.outs[0].w.format;  // every part's, in one launch
     for (int i = 0; i < a.count && one; ++i) {
       const MatmulOut& o = a.outs[i];
-      one = o.w.format == p.w_format && cuda::gemm_bf16_reads(o.w.format, o.w.data, 0, a.k) && o.w.rows >= o.n &&
+      one = o.w.format == p.w_format && cuda::gemm_bf16_reads(o.w.format, o.w.data, o.w.scale, 0, a.k) && o.w.rows >= o.n &&
             o.w.cols == a.k && reinterpret_cast<uintptr_t>(o.y) % 8 == 0;
       p.part_list[i] = {.w_dense = o.w.data, .w_scale = o.w.scale, .y = o.y, .ldy = o.n, .n = static_cast<int>(o.n)};
     }
@@ -353,37 +352,6 @@ class CudaBackend final : public Backend {
     if (p.x && p.x != xb) release(const_cast<__nv_bfloat16*>(p.x));
   }
   static bool stored_format(WeightFormat f) { return f == WeightFormat::kFP8Block32 || f == WeightFormat::kMXFP4; }
-  // Whether a grouped product's experts are all stored as FP8 blocks or MXFP4 (in one format)
-  // that the bf16 GEMM cannot read as stored (k not a multiple of 128, misaligned codes).
-  bool stored_unread(const GroupedMatmulArgs& a) const {
-    if (a.experts == 0 || !cuda::gemm_bf16_fits(a.n, a.k) || !stored_format(a.w[0].format)) return false;
-    bool all_read = true;
-    for (const WeightView* w : {a.w, a.w2})
-      for (int64_t e = 0; w && e < a.experts; ++e) {
-        if (w[e].format != a.w[0].format) return false;
-        all_read = all_read && cuda::gemm_bf16_reads(w[e].format, w[e].data, 0, a.k);
-      }
-    return !all_read;
-  }
-  // Such a product on the weights dequantised to bf16 (exact): the bits of the same product of
-  // bf16 weights, as reading the stored codes gives where the kernel can.
-  void grouped_dequantised(const GroupedMatmulArgs& a) {
-    std::vector<void*> tmp;
-    for (int i = 0; i < 2; ++i) {
-      const WeightView* w = i == 0 ? a.w : a.w2;
-      deq_views_[i].clear();
-      for (int64_t e = 0; w && e < a.experts; ++e) {
-        tmp.push_back(scratch<uint16_t>(a.n * a.k));
-        cuda::dequant_bf16(w[e], 0, a.n, tmp.back(), cstream_);
-        deq_views_[i].push_back({WeightFormat::kBF16, tmp.back(), nullptr, a.n, a.k});
-      }
-    }
-    GroupedMatmulArgs b = a;
-    b.w = deq_views_[0].data();
-    b.w2 = a.w2 ? deq_views_[1].data() : nullptr;
-    grouped_matmul(b);
-    for (void* p : tmp) release(p);
-  }
   // xb: x already rounded to bf16, contiguous (one group, its k columns), or null.
   void gemm(const MatmulArgs& a, bool bf16, const __nv_bfloat16* xb = nullptr) {
     if (a.m == 0 || a.n == 0) return;
@@ -391,16 +359,19 @@ class CudaBackend final : public Backend {
     // FP8 / MXFP4 weights the bf16 GEMM cannot read as stored, or products of more than
     // kStoredRows rows (compute-bound: the warpgroup tilings, which read bf16 weights, are faster
     // than decoding the codes in every tile): dequantised to bf16 (exact) and multiplied as
-    // bf16 weights are (the same bits as reading them gives).
+    // bf16 weights are (the same bits as reading them gives). The GEMM then reads weights an
+    // earlier launch wrote (fresh_weights_: none before its programmatic wait).
     if (bf16 && stored_format(a.w.format) && cuda::gemm_bf16_fits(a.n, a.k) &&
-        (a.m > kStoredRows || !(cuda::gemm_bf16_reads(a.w.format, a.w.data, a.w_row0, a.k) &&
-                                 (G == 1 || cuda::gemm_bf16_reads(a.w.format, a.w.data, a.w_row0 + a.n, a.k))))) {
+        (a.m > kStoredRows || !(cuda::gemm_bf16_reads(a.w.format, a.w.data, a.w.scale, a.w_row0, a.k) &&
+                                 (G == 1 || cuda::gemm_bf16_reads(a.w.format, a.w.data, a.w.scale, a.w_row0 + a.n, a.k))))) {
       auto* wtmp = scratch<uint16_t>(G * a.n * a.k);
       cuda::dequant_bf16(a.w, a.w_row0, G * a.n, wtmp, cstream_);
       MatmulArgs b = a;
       b.w = {WeightFormat::kBF16, wtmp, nullptr, G * a.n, a.k};
       b.w_row0 = 0;
+      fresh_weights_ = true;
       gemm(b, bf16, xb);
+      fresh_weights_ = false;
       release(wtmp);
       return;
     }
@@ -412,19 +383,19 @@ class CudaBackend final : public Backend {
     // bf16 weights: the mma kernel, whose rows never depend on the batch (no tiles, no
     // padding), for every product in invariant mode and for decode-sized ones otherwise
     // (cuBLAS is faster on large products). FP8 / MXFP4 weights: the same kernel reading their
-    // codes, for every product (the same bits as on the weights dequantised to bf16).
+    // codes, up to kStoredRows rows (the same bits as on the weights dequantised to bf16).
     const bool stored = stored_format(a.w.format);
     const auto* wb = static_cast<const __nv_bfloat16*>(a.w.data) + a.w_row0 * a.k;
     const bool own = a.w.format == WeightFormat::kBF16
-                         ? (invariant_ || a.m <= kOwnGemmRows) && cuda::gemm_bf16_reads(a.w.format, wb, 0, a.k)
-                         : stored && cuda::gemm_bf16_reads(a.w.format, a.w.data, a.w_row0, a.k) &&
-                               (G == 1 || cuda::gemm_bf16_reads(a.w.format, a.w.data, a.w_row0 + a.n, a.k));
+                         ? (invariant_ || a.m <= kOwnGemmRows) && cuda::gemm_bf16_reads(a.w.format, wb, nullptr, 0, a.k)
+                         : stored;  // (readable: checked above)
     if (bf16 && own && cuda::gemm_bf16_fits(a.n, a.k) && xs % 8 == 0 && ldy % 2 == 0 && ys % 2 == 0 &&
         reinterpret_cast<uintptr_t>(a.y) % 8 == 0) {
       cuda::Bf16Gemm p{.w_format = a.w.format, .w_dense = stored ? a.w.data : wb, .w_scale = a.w.scale,
                        .w_row0 = stored ? a.w_row0 : 0, .y = a.y, .ldy = ldy, .m = static_cast<int>(a.m),
                        .n = static_cast<int>(a.n), .k = static_cast<int>(a.k), .groups = static_cast<int>(G),
-                       .x_group_stride = xs, .w_group_stride = a.n * a.k, .y_group_stride = ys, .counters = gemm_counters_};
+                       .x_group_stride = xs, .w_group_stride = a.n * a.k, .y_group_stride = ys, .counters = gemm_counters_,
+                       .w_fresh = fresh_weights_};
       return gemm_bf16_from(p, a.x, a.m, xw, ldx, G == 1 && xw == a.k ? xb : nullptr);
     }
     const int64_t esz = bf16 ? 2 : 4;
@@ -649,13 +620,15 @@ class CudaBackend final : public Backend {
     void* dev = nullptr;
   };
   std::unordered_map<const WeightView*, ExpertTable> tables_;
-  std::vector<WeightView> deq_views_[2];  // grouped_dequantised's views (stable: expert_table's key)
 
   // Rows per cuBLAS call in batch-invariant mode: bf16 tiles large enough that prefill stays
   // compute-bound, float32 tiles small enough that decode is not.
   static constexpr int64_t kTileBf16 = 256, kTileF32 = 64;
   static constexpr int64_t kOwnGemmRows = 64;  // non-invariant mode: the mma kernel up to here
-  static constexpr int64_t kStoredRows = 128;  // dense FP8 / MXFP4 products read as stored up to here
+  // Dense FP8 / MXFP4 products read as stored up to here: the runner's graph buckets (up to 256
+  // rows) never hold a dequantised temporary in their pools.
+  static constexpr int64_t kStoredRows = 256;
+  bool fresh_weights_ = false;  // gemm: the weights are a temporary an earlier launch wrote
   static constexpr size_t kCacheMax = size_t{64} << 20;  // 64 MiB
   // Eight size classes per power of two (at most 12.5% rounding), 512 bytes at least.
   static size_t size_class(size_t n) {

@@ -161,15 +161,19 @@ struct Bf16Gemm {
   // (cluster of them, > 0) are added up inside clusters of that many blocks.
   bool stream_w = false;
   int cluster = 0;
+  // The weights were written by an earlier launch on the stream (a dequantised temporary): the
+  // kernel reads none of them before its programmatic wait.
+  bool w_fresh = false;
 };
 // Zeroed tile counters a launch leaves zeroed: the split products' and hc_mixes' row groups
 // (ops on one stream share one buffer).
 constexpr int64_t kGemmCounters = 1 << 16;
 bool gemm_bf16_fits(int64_t n, int64_t k);
 // Whether the bf16 GEMM reads weights stored as `f` whose codes start at `codes` (16-byte
-// aligned), as the first row used `row0` of a matrix of k columns: bf16 (k a multiple of 32),
-// FP8 32x32 blocks (row0 a multiple of 32) and MXFP4 (k a multiple of 128 for both).
-bool gemm_bf16_reads(WeightFormat f, const void* codes, int64_t row0, int64_t k);
+// aligned) and scales at `scale` (4-byte aligned), as the first row used `row0` of a matrix of
+// k columns: bf16 (k a multiple of 32), FP8 32x32 blocks (row0 a multiple of 32) and MXFP4 (k a
+// multiple of 128 for both).
+bool gemm_bf16_reads(WeightFormat f, const void* codes, const uint8_t* scale, int64_t row0, int64_t k);
 // The k segment length of a product (gemm_split.h).
 int gemm_bf16_split(const Bf16Gemm& p);
 // Whether the launch reads x as float32 (x_f32, 16-byte aligned rows and group strides): dense

@@ -77,12 +77,13 @@ int64_t gemm_bf16_workspace(const Bf16Gemm& p) {
 // latency (waited for once per slice) made the experts 10% slower at one token.
 bool gemm_bf16_takes_f32(const Bf16Gemm& p) { return !p.offsets && rows_per_tile(p) <= 16 && p.k % 128 == 0; }
 
-bool gemm_bf16_reads(WeightFormat f, const void* codes, int64_t row0, int64_t k) {
+bool gemm_bf16_reads(WeightFormat f, const void* codes, const uint8_t* scale, int64_t row0, int64_t k) {
   if (reinterpret_cast<uintptr_t>(codes) % 16 != 0 || k % 32 != 0) return false;
+  const bool scales_ok = scale != nullptr && reinterpret_cast<uintptr_t>(scale) % 4 == 0 && k % 128 == 0;
   switch (f) {
     case WeightFormat::kBF16: return true;
-    case WeightFormat::kFP8Block32: return row0 % 32 == 0 && k % 128 == 0;
-    case WeightFormat::kMXFP4: return k % 128 == 0;
+    case WeightFormat::kFP8Block32: return scales_ok && row0 % 32 == 0;
+    case WeightFormat::kMXFP4: return scales_ok;
     default: return false;
   }
 }

@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   };
   // Dense: the first PRE weight slices before the wait, uncommitted, so they join the first
   // group with slice 0 of x (group s then holds what stage s needs, as below).
-  const bool early_b = p.offsets == nullptr;
+  const bool early_b = p.offsets == nullptr && !p.w_fresh;
   if (early_b) {
 #pragma unroll
     for (int st = 0; st < PRE; ++st)

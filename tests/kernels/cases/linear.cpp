@@ -3,6 +3,8 @@
 // MXFP4 weights read as stored (bitwise the products of the weights dequantised to bf16, in every
 // tiling), and the lab's shapes (the wq_b product at decode and prefill, a decode step's dense
 // products in bf16 and FP8, the experts in bf16 and MXFP4 from one token to prefill).
+#include <cmath>
+
 #include "kernels/cases/case_util.h"
 #include "model/quantize.h"
 
@@ -10,13 +12,20 @@ namespace deepinfer::op_cases {
 
 namespace {
 
-// A host weight in a stored format, quantised from N(0, std) values, and the same values as bf16
-// (exact: FP8 / FP4 codes times a power of two), both uploaded to the run's backend.
+// A host weight in a stored format, quantised from N(0, std) values times a power of two from
+// 2^-20 to 2^20 per scale block (32 x 32 for FP8, 32 inputs of a row for MXFP4: scales from
+// about 2^-30 to 2^12, the two-multiply decode among them), and the same values as bf16 (exact:
+// FP8 / FP4 codes times a power of two in bf16's range), both uploaded to the run's backend.
 struct StoredPair {
   WeightView stored, bf16;
 };
 StoredPair stored_pair(Run& r, WeightFormat fmt, int64_t n, int64_t k, uint32_t seed, float std) {
-  const auto wf = randn(sz(n * k), seed, std);
+  auto wf = randn(sz(n * k), seed, std);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j) {
+      const auto block = static_cast<uint32_t>((fmt == WeightFormat::kFP8Block32 ? i / 32 : i) * 7919 + (j / 32) * 104729 + seed);
+      wf[sz(i * k + j)] = std::ldexp(wf[sz(i * k + j)], static_cast<int>((block * 2654435761u >> 16) % 41) - 20);
+    }
   model::Weights owner;
   const WeightView q = model::quantize_matrix(WeightView::f32(wf.data(), n, k), fmt, owner);
   std::vector<uint16_t> b(sz(n * k));
@@ -52,7 +61,7 @@ void add_stored_linear(std::vector<OpCase>& t) {
       int64_t m, n, k;
     };
     for (const D& d : {D{1, 256, 1280}, D{5, 192, 512}, D{16, 128, 2304}, D{3, 96, 96}, D{40, 128, 1024},
-                       D{200, 256, 640}, D{700, 192, 256}, D{300, 64, 160}}) {
+                       D{200, 256, 640}, D{256, 128, 512}, D{700, 192, 256}, D{300, 64, 160}}) {
       t.push_back({.family = "linear",
                    .name = std::string("stored_matmul_") + format_name(fmt) + "_m" + str(d.m) + "_k" + str(d.k),
                    .shape = "[" + str(d.m) + " x " + str(d.k) + "] x [" + str(d.n) + " x " + str(d.k) + "]",
@@ -90,8 +99,38 @@ void add_stored_linear(std::vector<OpCase>& t) {
                        },
                    .precisions = {Precision::kBF16}});
     }
-    // Three outputs of one x (one launch at decode rows).
-    for (int64_t m : {int64_t{1}, int64_t{8}}) {
+    // A row's bits do not depend on the rows beside it, read as stored (1, 16, 256 rows) or
+    // through the dequantised weights (300 rows).
+    {
+      const int64_t n = 128, k = 640;
+      t.push_back({.family = "linear",
+                   .name = std::string("stored_matmul_rows_agree_") + format_name(fmt),
+                   .shape = "rows 0-15 of [1 | 16 | 256 | 300 x " + str(k) + "] x [" + str(n) + " x " + str(k) + "]",
+                   .build =
+                       [=](Run& r) {
+                         const StoredPair w = stored_pair(r, fmt, n, k, 55, 0.05f);
+                         const float* x = r.in(randn(sz(300 * k), 56));
+                         std::vector<float*> ys;
+                         for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{256}, int64_t{300}})
+                           ys.push_back(r.out<float>("y of " + str(m) + " rows", sz(m * n), Rule::kRelErr, 1e-5));
+                         r.checks.push_back([n](const Host& h) {
+                           const auto y1 = as<float>(h[0]), y16 = as<float>(h[1]), y256 = as<float>(h[2]), y300 = as<float>(h[3]);
+                           std::string d = bits_differ(y1.data(), y16.data(), sz(n));
+                           if (d.empty()) d = bits_differ(y16.data(), y256.data(), sz(16 * n));
+                           if (d.empty()) d = bits_differ(y16.data(), y300.data(), sz(16 * n));
+                           return d.empty() ? d : "a row's bits depend on the batch: " + d;
+                         });
+                         r.op = [=, &be = r.be] {
+                           int i = 0;
+                           for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{256}, int64_t{300}})
+                             be.matmul({.x = x, .w = w.stored, .y = ys[sz(i++)], .m = m, .n = n, .k = k});
+                         };
+                       },
+                   .precisions = {Precision::kBF16}});
+    }
+    // Three outputs of one x (one launch at decode rows; one product each above, reading x
+    // rounded once, and through the dequantised weights above 256 rows).
+    for (int64_t m : {int64_t{1}, int64_t{8}, int64_t{40}, int64_t{300}}) {
       const int64_t k = 512;
       const int64_t ns[3] = {128, 64, 192};
       t.push_back({.family = "linear",
@@ -115,11 +154,15 @@ void add_stored_linear(std::vector<OpCase>& t) {
                        },
                    .precisions = {Precision::kBF16}});
     }
-    // The experts (8 of [64 x 256]), gate and up in one op: 1, 7, 300 and 2048 tokens x 2.
-    for (int64_t tokens : {int64_t{1}, int64_t{7}, int64_t{300}, int64_t{2048}}) {
-      const int64_t E = 8, K = 2, n = 64, k = 256, rows = tokens * K;
+    // The experts (8 of [64 x 256]), gate and up in one op: 1, 7, 300 and 2048 tokens x 2; and
+    // k 1408 (11 slices: the experts' decode stages wrap) at 7 tokens.
+    struct G {
+      int64_t tokens, k;
+    };
+    for (const G& g : {G{1, 256}, G{7, 256}, G{300, 256}, G{2048, 256}, G{7, 1408}}) {
+      const int64_t E = 8, K = 2, n = 64, k = g.k, tokens = g.tokens, rows = tokens * K;
       t.push_back({.family = "linear",
-                   .name = std::string("stored_grouped_matmul_") + format_name(fmt) + "_t" + str(tokens),
+                   .name = std::string("stored_grouped_matmul_") + format_name(fmt) + "_t" + str(tokens) + "_k" + str(k),
                    .shape = str(E) + " experts [" + str(n) + " x " + str(k) + "] x 2, " + str(rows) + " rows",
                    .build =
                        [=](Run& r) {
