@@ -12,6 +12,19 @@ namespace deepinfer::op_cases {
 
 namespace {
 
+// A decode step's dense products at the released per-layer dims (groups: the grouped low-rank
+// output projection), and whether the release stores the weight as FP8 (the router is float32,
+// the head bf16).
+struct DecodeProduct {
+  const char* name;
+  int64_t n, k, groups;
+  bool fp8;
+};
+constexpr DecodeProduct kDecodeProducts[] = {
+    {"wq_a", 1280, 5120, 1, true},          {"wkv", 512, 5120, 1, true},   {"wq_b", 32768, 1280, 1, true},
+    {"wo_a_8_groups", 1024, 4096, 8, true}, {"wo_b", 5120, 8192, 1, true}, {"router", 64, 5120, 1, false},
+    {"shared_gate", 2304, 5120, 1, true},   {"shared_down", 5120, 2304, 1, true}, {"head", 129280, 5120, 1, false}};
+
 // A host weight in a stored format, quantised from N(0, std) values times a power of two from
 // 2^-20 to 2^20 per scale block (32 x 32 for FP8, 32 inputs of a row for MXFP4: scales from
 // about 2^-30 to 2^12, the two-multiply decode among them), and the same values as bf16 (exact:
@@ -204,13 +217,9 @@ void add_stored_linear(std::vector<OpCase>& t) {
 // prefill. Stored codes are random bytes (timing only; the parity cases check the values).
 // Bytes: the weights read (every expert with rows once), x and y.
 void add_stored_lab(std::vector<OpCase>& t) {
-  struct P {
-    const char* name;
-    int64_t n, k, groups;
-  };
   for (int64_t m : {int64_t{1}, int64_t{8}, int64_t{16}})
-    for (const P& p : {P{"wq_a", 1280, 5120, 1}, P{"wkv", 512, 5120, 1}, P{"wq_b", 32768, 1280, 1}, P{"wo_a_8_groups", 1024, 4096, 8},
-                       P{"wo_b", 5120, 8192, 1}, P{"shared_gate", 2304, 5120, 1}, P{"shared_down", 5120, 2304, 1}}) {
+    for (const DecodeProduct& p : kDecodeProducts) {
+      if (!p.fp8) continue;
       const int64_t rows = p.groups * p.n, codes = rows * p.k, scales = (rows / 32) * (p.k / 32);
       t.push_back({.family = "linear",
                    .name = std::string("lab_fp8_decode_m") + str(m) + "_" + p.name,
@@ -363,13 +372,7 @@ void add_linear(std::vector<OpCase>& t) {
   // The lab: a decode step's dense products at one token (the released per-layer dims, bf16
   // weights, the batch-invariant bf16 backend; each launch timed alone, with its activation
   // conversion). Bytes: the weights streamed.
-  struct P {
-    const char* name;
-    int64_t n, k, groups;
-  };
-  for (const P& p : {P{"wq_a", 1280, 5120, 1}, P{"wkv", 512, 5120, 1}, P{"wq_b", 32768, 1280, 1}, P{"wo_a_8_groups", 1024, 4096, 8},
-                     P{"wo_b", 5120, 8192, 1}, P{"router", 64, 5120, 1}, P{"shared_gate", 2304, 5120, 1},
-                     P{"shared_down", 5120, 2304, 1}, P{"head", 129280, 5120, 1}}) {
+  for (const DecodeProduct& p : kDecodeProducts) {
     t.push_back({.family = "linear",
                  .name = std::string("lab_decode_") + p.name,
                  .shape = "m 1 [" + str(p.n) + " x " + str(p.k) + "] x " + str(p.groups),
