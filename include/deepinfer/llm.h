@@ -38,6 +38,8 @@ struct EngineConfig {
   int64_t max_model_len = 0;               // longest sequence (prompt + max_tokens) a request may ask for;
                                            // 0 = config.json's max_position_embeddings (it may not exceed it)
   bool exact_prefill = false;              // true: every layer on every prompt row (no CED replay)
+  std::string engram_tables = "host";      // GPU: Engram hash-bucket tables in "host" memory (each step uploads
+                                           // the rows it reads) or on the "device"; CPU: host memory either way
   bool sample_on_backend = true;           // tokens drawn on the backend where nothing precedes the draw
                                            // (no penalties, grammar): only ids and logprobs leave the GPU
 };

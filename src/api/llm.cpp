@@ -64,12 +64,15 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   if (config.memory_budget_bytes < 0) throw Error("EngineConfig.memory_budget_bytes: must be >= 0 (0 = unlimited)");
   if (config.threads < 0) throw Error("EngineConfig.threads: must be >= 0 (0 = automatic)");
   if (config.memory_fraction < 0 || config.memory_fraction > 1) throw Error("EngineConfig.memory_fraction: must be in [0, 1]");
+  if (config.engram_tables != "host" && config.engram_tables != "device")
+    throw Error("EngineConfig.engram_tables: expected \"host\" or \"device\", got \"" + config.engram_tables + "\"");
   impl_->backend = kernels::make_backend(config.device, config.threads, config.dtype, config.batch_invariant);
   engine::MemoryOptions memory;
   memory.state_tokens = config.max_model_len;
   memory.state_budget_bytes = config.memory_budget_bytes;
   memory.memory_fraction = config.memory_budget_bytes > 0 ? 0.0 : config.memory_fraction;
   memory.device = config.device;
+  memory.engram_tables_on_host = config.engram_tables == "host";
   impl_->lm = engine::load_model(config.model, *impl_->backend,
                                  config.load_format == "random" ? engine::LoadFormat::kRandom : engine::LoadFormat::kAuto,
                                  config.seed, memory);

@@ -139,12 +139,13 @@ bool has_weights(const std::filesystem::path& dir) {
 }  // namespace
 
 int cmd_info(const std::vector<std::string>& args) {
-  auto f = parse_flags(args, {"model", "device", "dtype", "load-format", "max-model-len", "memory-budget", "memory-fraction"},
+  auto f = parse_flags(args, {"model", "device", "dtype", "load-format", "max-model-len", "memory-budget", "memory-fraction",
+                                         "engram-tables"},
                        "info");
   if (f.count("help")) {
     std::printf(
         "deepinfer info --model DIR [--device cpu|cuda[:N]] [--dtype float32|bfloat16] [--load-format auto|random]\n"
-        "               [--max-model-len N] [--memory-budget BYTES] [--memory-fraction F]\n"
+        "               [--max-model-len N] [--memory-budget BYTES] [--memory-fraction F] [--engram-tables host|device]\n"
         "  Prints the derived layer schedule, parameter counts, state bytes and the memory plan: weight\n"
         "  bytes per stored format on the device (Engram tables apart), host allocations, the state of\n"
         "  one sequence at --max-model-len (default max_position_embeddings) and the state budget,\n"
@@ -171,6 +172,10 @@ int cmd_info(const std::vector<std::string>& args) {
   o.host_backend = !cuda;
   o.precision = dtype == "bfloat16" ? kernels::Precision::kBF16 : kernels::Precision::kFloat32;
   o.device = device;
+  const std::string tables = f.count("engram-tables") ? f["engram-tables"] : "host";
+  if (tables != "host" && tables != "device")
+    throw Error("flag --engram-tables: expected 'host' or 'device', got '" + tables + "'");
+  o.engram_tables_on_host = tables == "host";
   if (f.count("max-model-len")) {
     o.state_tokens = parse_int("max-model-len", f["max-model-len"], 1, INT64_MAX);
     if (o.state_tokens > cfg.max_position_embeddings)

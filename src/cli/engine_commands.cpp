@@ -24,7 +24,8 @@ namespace deepinfer::cli {
 namespace {
 
 const std::vector<std::string> kEngineFlags = {"model", "load-format", "seed", "device", "dtype", "batch-invariant", "threads", "max-num-batched-tokens",
-                                               "max-num-seqs", "memory-budget", "memory-fraction", "exact-prefill", "max-model-len"};
+                                               "max-num-seqs", "memory-budget", "memory-fraction", "exact-prefill", "max-model-len",
+                                               "engram-tables"};
 const std::vector<std::string> kSamplingFlags = {"max-tokens", "min-tokens", "temperature", "top-k", "top-p", "min-p",
                                                  "repetition-penalty", "presence-penalty", "frequency-penalty", "stop",
                                                  "stop-token-ids", "ignore-eos", "request-seed", "logprobs", "n",
@@ -52,6 +53,7 @@ EngineConfig engine_config(std::map<std::string, std::string>& f) {
   if (f.count("memory-budget")) c.memory_budget_bytes = parse_int("memory-budget", f["memory-budget"], 0, INT64_MAX);
   if (f.count("memory-fraction")) c.memory_fraction = parse_float("memory-fraction", f["memory-fraction"], 0, 1);
   if (f.count("exact-prefill")) c.exact_prefill = parse_bool("exact-prefill", f["exact-prefill"]);
+  if (f.count("engram-tables")) c.engram_tables = f["engram-tables"];
   if (f.count("max-model-len")) c.max_model_len = parse_int("max-model-len", f["max-model-len"], 1, INT64_MAX);
   return c;
 }
@@ -93,7 +95,8 @@ constexpr const char* kSamplingHelp =
     "          --stop-token-ids 1,2 --ignore-eos --request-seed S --logprobs N --skip-special-tokens B\n"
     "engine:   --load-format auto|random --seed S --device cpu|cuda[:N] --dtype float32|bfloat16 --batch-invariant true|false --threads N --max-num-batched-tokens N --max-num-seqs N\n"
     "          --max-model-len N (prompt + max_tokens at most; default: the model's max_position_embeddings)\n"
-    "          --memory-budget BYTES --memory-fraction F --exact-prefill\n";
+    "          --memory-budget BYTES --memory-fraction F --exact-prefill\n"
+    "          --engram-tables host|device (GPU: Engram tables in host memory, rows uploaded per step; default host)\n";
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;

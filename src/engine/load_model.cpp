@@ -37,6 +37,7 @@ model::PlanOptions plan_options(const kernels::Backend& backend, const MemoryOpt
   o.state_tokens = m.state_tokens;
   o.state_budget_bytes = m.state_budget_bytes;
   o.memory_fraction = m.memory_fraction;
+  o.engram_tables_on_host = m.engram_tables_on_host;
   return o;
 }
 
@@ -55,7 +56,8 @@ LoadedModel load_model_unchecked(const std::string& dir, kernels::Backend& backe
     // quantization_config the matrices are in bf16 when the backend computes in bf16 (the
     // values its products use anyway, at half the memory).
     const bool on_device = model::random_weights_on_device(cfg, backend.host_memory());
-    w = model::random_weights(cfg, seed, on_device ? &backend : nullptr, model::random_matmul_format(backend.precision()));
+    w = model::random_weights(cfg, seed, on_device ? &backend : nullptr, model::random_matmul_format(backend.precision()),
+                              memory.engram_tables_on_host);
   } else {
     lm.checkpoint = loader::Checkpoint::open(dir);
     cfg = lm.checkpoint->config();
@@ -65,7 +67,8 @@ LoadedModel load_model_unchecked(const std::string& dir, kernels::Backend& backe
   }
   if (fs::exists(fs::path(dir) / "tokenizer.json")) lm.tokenizer = tokenizer::Tokenizer::load(dir);
   auto hasher = make_engram_hasher(cfg, lm.tokenizer.get(), dir);
-  lm.model = std::make_unique<model::DeepseekV41>(std::move(cfg), std::move(w), backend, std::move(hasher));
+  lm.model = std::make_unique<model::DeepseekV41>(std::move(cfg), std::move(w), backend, std::move(hasher),
+                                                  model::ModelOptions{.engram_tables_on_host = memory.engram_tables_on_host});
   return lm;
 }
 

@@ -39,6 +39,7 @@ struct MemoryOptions {
   int64_t state_budget_bytes = 0;    // the engine's state budget (0: none)
   double memory_fraction = 0;        // or this fraction of the memory free after loading (0: none)
   std::string device;                // the device's name in messages ("": the backend's name)
+  bool engram_tables_on_host = true;  // device backends: Engram tables stay in host memory (model::ModelOptions)
   model::MemoryAvailable available;  // -1 fields: asked now of the backend (device) and the host
 };
 

@@ -11,7 +11,7 @@ namespace deepinfer::model {
 using kernels::FakeQuant;
 
 DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::Backend& backend,
-                         std::shared_ptr<const EngramHasher> engram)
+                         std::shared_ptr<const EngramHasher> engram, ModelOptions options)
     : cfg_(std::move(config)), w_(std::move(weights)), be_(backend), engram_(std::move(engram)) {
   rope_main_.inv_freq = rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim, cfg_.max_position_embeddings);
   rope_compress_.inv_freq = rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim, cfg_.max_position_embeddings);
@@ -33,8 +33,10 @@ DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::B
     engram_qk_.emplace_back(be_);
     engram_qk_.back().upload(qk);
   }
-  // A device backend computes on its own copy of every weight.
-  if (!be_.host_memory()) upload_weights(cfg_, w_, be_);
+  // A device backend computes on its own copy of every weight (the Engram tables aside when
+  // they stay in host memory).
+  if (!be_.host_memory()) upload_weights(cfg_, w_, be_, options.engram_tables_on_host);
+  engram_staged_ = be_.host_memory() ? options.stage_engram_rows : w_.engram_tables_on_host;
 }
 
 DeepseekV41::~DeepseekV41() = default;

@@ -38,12 +38,22 @@
 
 namespace deepinfer::model {
 
+// Model options the engine sets at load.
+struct ModelOptions {
+  // Device backends: the Engram hash-bucket tables stay in host memory (mapped or host-made) and
+  // each step uploads the rows it reads (model/engram_rows.h); false: tables in device memory.
+  // A host backend reads its tables in place either way.
+  bool engram_tables_on_host = true;
+  // Host backends (tests): read the tables through the same staged rows a device backend uses.
+  bool stage_engram_rows = false;
+};
+
 class DeepseekV41 {
  public:
   // `engram` is required when the config has engram layers (it carries the tokenizer-derived
   // hash state); an Error says so otherwise.
   DeepseekV41(loader::ModelConfig config, Weights weights, kernels::Backend& backend,
-              std::shared_ptr<const EngramHasher> engram = nullptr);
+              std::shared_ptr<const EngramHasher> engram = nullptr, ModelOptions options = {});
 
   const loader::ModelConfig& config() const { return cfg_; }
   const Weights& weights() const { return w_; }
@@ -139,6 +149,7 @@ class DeepseekV41 {
   RopeTable rope_main_, rope_compress_;
   std::shared_ptr<const EngramHasher> engram_;
   std::vector<kernels::Buf<float>> engram_qk_;  // per engram layer: q_weight * k_weight [hc, D]
+  bool engram_staged_ = false;  // Engram tables in host memory, read through staged rows
 };
 
 template <class T>

@@ -25,8 +25,6 @@ int64_t matrix_scale_bytes(WeightFormat f, int64_t rows, int64_t cols) {
   return kernels::weight_scale_bytes(kernels::WeightView{f, nullptr, nullptr, rows, cols});
 }
 
-bool is_engram_table(const std::string& name) { return name.find(".engram.embed.") != std::string::npos; }
-
 // Counts one tensor kept in format `f` in the backend's memory.
 void count(MemoryPlan& p, const TensorSpec& s, WeightFormat f) {
   if (!s.matrix) {
@@ -46,6 +44,10 @@ void plan_random(const loader::ModelConfig& c, MemoryPlan& p) {
     WeightFormat f = WeightFormat::kF32;
     if (s.matrix && !s.need_f32) f = c.quantization.present ? release_format(s.name) : matmul;
     count(p, s, f);
+    if (p.engram_tables_host && is_engram_table(s.name)) {  // made on the device, kept on the host
+      p.host_copies += matrix_bytes(f, s.rows, s.cols);
+      return;
+    }
     if (!p.made_on_host) return;
     // Generated in float32 on the host; a matrix in another format is converted into a copy
     // (through a float temporary of the whole matrix) and the float32 original is kept.
@@ -82,7 +84,7 @@ std::string budget_str(const MemoryPlan& p, const MemoryAvailable& a, bool brief
     std::ostringstream s;
     s << "state budget " << o.memory_fraction << " of the memory free after loading";
     if (!o.host_backend && a.device >= 0)
-      s << " (about " << human_bytes(o.memory_fraction * static_cast<double>(std::max<int64_t>(0, a.device - p.weight_bytes())))
+      s << " (about " << human_bytes(o.memory_fraction * static_cast<double>(std::max<int64_t>(0, a.device - p.device_weight_bytes())))
         << ")";
     return s.str();
   }
@@ -95,7 +97,8 @@ std::string avail_str(int64_t bytes) { return bytes < 0 ? "unknown" : human_byte
 // "weights: FP8 1 GB, F32 2 MB; Engram tables 3 GB; vectors 4 KB".
 std::string weights_str(const MemoryPlan& p) {
   std::string s = "weights: " + p.weights.str();
-  if (p.engram_tables.total() > 0) s += "; Engram tables " + p.engram_tables.str();
+  if (p.engram_tables.total() > 0)
+    s += "; Engram tables " + p.engram_tables.str() + (p.engram_tables_host ? " (in host memory)" : "");
   if (p.vectors > 0) s += "; vectors F32 " + human_bytes(static_cast<double>(p.vectors));
   return s;
 }
@@ -103,7 +106,10 @@ std::string weights_str(const MemoryPlan& p) {
 // What the host side's figure is made of.
 std::string host_parts(const MemoryPlan& p) {
   std::string s;
-  if (p.random && !p.made_on_host) return "none (the weights are made in the backend's memory)";
+  if (p.random && !p.made_on_host)
+    return p.engram_tables_host && p.host_copies > 0
+               ? "Engram tables made on the device, kept on the host " + human_bytes(static_cast<double>(p.host_copies))
+               : "none (the weights are made in the backend's memory)";
   if (p.made_on_host) s = "random weights made on the host: float32 and converted copies " + human_bytes(static_cast<double>(p.host_copies));
   else s = "copies of checkpoint tensors (widened or misaligned) " + human_bytes(static_cast<double>(p.host_copies));
   if (p.host_scratch > 0) s += " + a conversion's temporary " + human_bytes(static_cast<double>(p.host_scratch));
@@ -154,7 +160,7 @@ bool random_weights_on_device(const loader::ModelConfig&, bool backend_in_host_m
 
 int64_t MemoryPlan::state_needed() const { return std::max(state_min, options.state_budget_bytes); }
 
-int64_t MemoryPlan::device_needed() const { return options.host_backend ? 0 : weight_bytes() + state_needed(); }
+int64_t MemoryPlan::device_needed() const { return options.host_backend ? 0 : device_weight_bytes() + state_needed(); }
 
 int64_t MemoryPlan::host_needed() const {
   return host_copies + host_scratch + (options.host_backend ? state_needed() : 0);
@@ -163,6 +169,7 @@ int64_t MemoryPlan::host_needed() const {
 MemoryPlan plan_memory(const loader::ModelConfig& c, const loader::Checkpoint* ck, const PlanOptions& o) {
   MemoryPlan p;
   p.options = o;
+  p.engram_tables_host = !o.host_backend && o.engram_tables_on_host && !c.engram_layer_ids.empty();
   if (ck) plan_checkpoint(*ck, p);
   else plan_random(c, p);
   const int64_t positions = c.max_position_embeddings;
@@ -209,15 +216,17 @@ std::string describe_memory_plan(const MemoryPlan& p, const MemoryAvailable& a) 
   for (int64_t b : p.weights.scales) scales += b;
   if (scales > 0) s << " (scales included: " << human_bytes(static_cast<double>(scales)) << ")";
   s << "\n  Engram tables " << human_bytes(static_cast<double>(p.engram_tables.total()));
-  if (p.engram_tables.total() > 0) s << ": " << p.engram_tables.str();
+  if (p.engram_tables.total() > 0)
+    s << ": " << p.engram_tables.str()
+      << (p.engram_tables_host ? (p.random ? " (in host memory)" : " (in host memory: read in place from the checkpoint)") : "");
   s << "\n  vectors (norms, biases) F32 " << human_bytes(static_cast<double>(p.vectors)) << "\n";
   if (!p.random) s << "  mapped from the checkpoint, read in place: " << human_bytes(static_cast<double>(p.mapped)) << "\n";
   s << "  host allocations: " << host_parts(p) << "\n";
   s << "  state: " << human_bytes(p.state_fixed) << " + " << p.state_per_token << " B/token a sequence; " << state_str(p)
     << "\n  " << budget_str(p, a) << "\n";
   if (!o.host_backend)
-    s << "  needs on " << o.device << ": " << human_bytes(static_cast<double>(p.device_needed())) << " (weights, Engram tables, "
-      << "vectors and state); free now " << avail_str(a.device) << "\n";
+    s << "  needs on " << o.device << ": " << human_bytes(static_cast<double>(p.device_needed())) << " (weights, "
+      << (p.engram_tables_host ? "" : "Engram tables, ") << "vectors and state); free now " << avail_str(a.device) << "\n";
   s << "  needs in host memory: " << human_bytes(static_cast<double>(p.host_needed()))
     << (o.host_backend && p.mapped > 0 ? " (the mapped checkpoint pages not counted)" : "") << "; available now "
     << avail_str(a.host) << "\n";

@@ -10,7 +10,9 @@
 // under a quantization_config).
 // Invariants: for a backend in host memory the weights are counted as host memory (mapped
 // checkpoint pages excepted: they are read in place, not copied); otherwise every tensor is
-// counted once on the device, and host bytes are only what the load allocates on the host. A
+// counted once on the device, Engram tables aside when they stay in host memory
+// (engram_tables_on_host: mapped checkpoint tables are read in place, random ones are made on
+// the host), and host bytes are only what the load allocates on the host. A
 // step's activations and scratch are not counted (they depend on the step's token budget).
 // Threading: pure functions.
 #pragma once
@@ -53,6 +55,7 @@ struct PlanOptions {
                                     // max_position_embeddings: max_position_embeddings)
   int64_t state_budget_bytes = 0;   // the engine's state budget in bytes (0: none)
   double memory_fraction = 0;       // or this fraction of the memory free after loading (0: none)
+  bool engram_tables_on_host = true;  // device backends: Engram tables stay in host memory
 };
 
 struct MemoryPlan {
@@ -61,7 +64,8 @@ struct MemoryPlan {
   bool made_on_host = false;    // random weights generated on the host in float32 first
   FormatBytes weights;          // matrices in the backend's memory, Engram tables excluded
   int64_t vectors = 0;          // float32 norms, biases and mHC scales in the backend's memory
-  FormatBytes engram_tables;    // Engram hash-bucket tables in the backend's memory
+  FormatBytes engram_tables;    // Engram hash-bucket tables (in the backend's memory unless engram_tables_host)
+  bool engram_tables_host = false;  // a device backend with the tables in host memory
   int64_t mapped = 0;           // checkpoint bytes read in place from the memory map (not copied)
   int64_t host_copies = 0;      // host allocations the load keeps: widened/misaligned checkpoint
                                 // tensors, or random weights made on the host (float32 + converted)
@@ -71,6 +75,8 @@ struct MemoryPlan {
   int64_t state_min = 0;        // one sequence of state_tokens tokens
 
   int64_t weight_bytes() const { return weights.total() + vectors + engram_tables.total(); }
+  // The weight bytes in the backend's memory (weight_bytes less host-memory Engram tables).
+  int64_t device_weight_bytes() const { return weight_bytes() - (engram_tables_host ? engram_tables.total() : 0); }
   // State the engine must be able to hold: one sequence at state_tokens, or the explicit budget.
   int64_t state_needed() const;
   // Bytes needed in the backend's memory (0 for a host backend: see host_needed) and in host memory.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/engram_rows.h"
 
 namespace deepinfer::model {
 
@@ -84,11 +85,22 @@ void DeepseekV41::engram(int64_t l, ForwardBatch& b) {
       DI_CHECK(row >= 0 && row < e.table.rows, "engram hash id out of the table");
       ids[static_cast<size_t>(i * cols + k)] = row;
     }
+  // Host tables: the step's rows packed on the host and uploaded; the device reads the block's
+  // rows in order.
+  kernels::WeightView table = e.table;
+  kernels::Buf<uint8_t> staged(be_);
+  if (engram_staged_) {
+    std::vector<uint8_t> host;
+    stage_table_rows(e.table, ids.data(), n * cols, host);
+    staged.upload(host);
+    table = staged_view(e.table, n * cols, staged.data());
+    for (int64_t i = 0; i < n * cols; ++i) ids[static_cast<size_t>(i)] = i;
+  }
   kernels::Buf<int64_t> d_ids(be_);
   d_ids.upload(ids);
   // Float rows, or FP8 rows times their power-of-two scales (exact in float).
   kernels::Buf<float> rows(be_, n * cols * hd), kv(be_, n * (hc + 1) * D);
-  be_.gather_weight_rows({.w = e.table, .ids = d_ids.data(), .out = rows.data(), .rows = n * cols});
+  be_.gather_weight_rows({.w = table, .ids = d_ids.data(), .out = rows.data(), .rows = n * cols});
   linear(rows.data(), n, e.wkv, kv.data());
   be_.engram_gate({.x = X, .kv = kv.data(), .w = engram_qk_[j].data(), .rows = n, .hc = hc, .dim = D,
                    .eps = static_cast<float>(c.rms_norm_eps)});

@@ -333,10 +333,48 @@ float matrix_std(int64_t cols) { return 1.0f / std::sqrt(static_cast<float>(cols
 float vector_mean(int kind) { return kind == 1 ? 0.0f : 1.0f; }
 float vector_std(int kind) { return kind == 2 ? 0.0f : 0.1f; }
 
+// A random Engram table (m: format and shape set) made in host memory in its stored format:
+// chunks of rows filled (and quantised) in `be`'s memory from the tensor's stream, downloaded.
+// The same bytes as the device-resident table: an FP8-row row's codes and scale depend on that
+// row alone, and the stream continues across chunks.
+void random_table_on_host(kernels::Backend& be, Weights& w, Mat& m, uint64_t stream, float std, int64_t chunk_floats) {
+  const Mat one{m.format, nullptr, nullptr, 1, m.cols};
+  const int64_t srow = kernels::weight_scale_bytes(one), vrow = kernels::weight_bytes(one) - srow;
+  auto host = [&](int64_t bytes) {
+    w.owned_bytes.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
+    w.owned_byte_count += bytes;
+    return w.owned_bytes.back().get();
+  };
+  uint8_t* values = host(vrow * m.rows);
+  uint8_t* scales = srow > 0 ? host(srow * m.rows) : nullptr;
+  m.data = values;
+  m.scale = scales;
+  const int64_t per = std::max<int64_t>(32, chunk_floats / std::max<int64_t>(m.cols, 1) / 32 * 32);
+  const int64_t most = std::min(per, m.rows);
+  kernels::Buf<uint8_t> codes(be, vrow * most), sc(be, srow * most);
+  kernels::Buf<float> rows(be, srow > 0 ? most * m.cols : 0);
+  for (int64_t r0 = 0; r0 < m.rows; r0 += per) {
+    const int64_t n = std::min(per, m.rows - r0);
+    if (srow == 0) {
+      be.fill_random({.out = codes.data(), .format = m.format, .n = n * m.cols, .seed = stream, .mean = 0.0f, .std = std,
+                      .first = r0 * m.cols});
+    } else {
+      be.fill_random({.out = rows.data(), .format = kernels::WeightFormat::kF32, .n = n * m.cols, .seed = stream,
+                      .mean = 0.0f, .std = std, .first = r0 * m.cols});
+      be.quantize_weight({.x = rows.data(), .rows = n, .cols = m.cols, .row0 = 0, .format = m.format,
+                          .codes = codes.data(), .scales = sc.data()});
+      be.download(scales + r0 * srow, sc.data(), n * srow);
+    }
+    be.download(values + r0 * vrow, codes.data(), n * vrow);
+  }
+}
+
 }  // namespace
 
-Weights random_weights(const ModelConfig& c, uint64_t seed, kernels::Backend* device, kernels::WeightFormat matmul_format) {
-  if (device && !device->host_memory()) return random_weights_on(c, seed, *device, matmul_format);
+Weights random_weights(const ModelConfig& c, uint64_t seed, kernels::Backend* device, kernels::WeightFormat matmul_format,
+                       bool engram_tables_on_host) {
+  if (device && !device->host_memory())
+    return random_weights_on(c, seed, *device, matmul_format, kRandomChunkFloats, engram_tables_on_host);
   // On the host: every tensor in float32, converted afterwards.
   Weights w;
   uint64_t tensor_id = 0;
@@ -361,12 +399,15 @@ Weights random_weights(const ModelConfig& c, uint64_t seed, kernels::Backend* de
 }
 
 Weights random_weights_on(const ModelConfig& c, uint64_t seed, kernels::Backend& be, kernels::WeightFormat matmul_format,
-                          int64_t chunk_floats) {
+                          int64_t chunk_floats, bool engram_tables_on_host) {
   const bool release = c.quantization.present;
   DI_CHECK(release || matmul_format == kernels::WeightFormat::kF32 || matmul_format == kernels::WeightFormat::kBF16,
            "random weights on a backend are float32 or bf16 without a quantization_config");
   Weights w;
   w.on_backend = !be.host_memory();
+  // Host tables on a host backend too (the same bytes; the tests compare the two paths).
+  const bool host_tables = engram_tables_on_host;
+  w.engram_tables_on_host = host_tables && w.on_backend;
   uint64_t tensor_id = 0;
   auto buffer = [&](int64_t bytes) {
     w.device.emplace_back(be, bytes);
@@ -382,6 +423,10 @@ Weights random_weights_on(const ModelConfig& c, uint64_t seed, kernels::Backend&
     const float std = matrix_std(cols);
     const kernels::WeightFormat f = need_f32 ? kernels::WeightFormat::kF32 : release ? release_format(name) : matmul_format;
     *m = Mat{f, nullptr, nullptr, r, cols};
+    if (host_tables && is_engram_table(name)) {
+      random_table_on_host(be, w, *m, stream, std, chunk_floats);
+      return;
+    }
     const int64_t scale_bytes = kernels::weight_scale_bytes(*m);
     auto* values = static_cast<uint8_t*>(buffer(kernels::weight_bytes(*m) - scale_bytes));
     m->data = values;
@@ -444,17 +489,20 @@ void quantize_release(const ModelConfig& c, Weights& w) {
   visit(c, w, v);
 }
 
-void upload_weights(const ModelConfig& c, Weights& w, kernels::Backend& be) {
+bool is_engram_table(const std::string& name) { return name.find(".engram.embed.") != std::string::npos; }
+
+void upload_weights(const ModelConfig& c, Weights& w, kernels::Backend& be, bool engram_tables_on_host) {
   if (w.on_backend) return;
   w.on_backend = true;
+  w.engram_tables_on_host = engram_tables_on_host;
   auto put = [&](const void* src, int64_t bytes) -> void* {
     w.device.emplace_back(be, bytes);
     be.upload(w.device.back().data(), src, bytes);
     return w.device.back().data();
   };
   Visitor v;
-  v.mat = [&](const std::string&, int64_t, int64_t, Mat* m, bool) {
-    if (!m->data) return;
+  v.mat = [&](const std::string& name, int64_t, int64_t, Mat* m, bool) {
+    if (!m->data || (engram_tables_on_host && is_engram_table(name))) return;
     const int64_t scale_bytes = kernels::weight_scale_bytes(*m), value_bytes = kernels::weight_bytes(*m) - scale_bytes;
     m->data = put(m->data, value_bytes);
     if (m->scale) m->scale = static_cast<const uint8_t*>(put(m->scale, scale_bytes));

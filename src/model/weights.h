@@ -88,7 +88,8 @@ struct Weights {
   int64_t owned_byte_count = 0;  // bytes held in owned_bytes
   // Copies in a device backend's memory (upload_weights); the pointers above then point here.
   std::vector<kernels::Buf<uint8_t>> device;
-  bool on_backend = false;  // every pointer is in a device backend's memory
+  bool on_backend = false;  // every pointer is in a device backend's memory (Engram tables aside, below)
+  bool engram_tables_on_host = false;  // on_backend, but the Engram tables stay in host memory
   // Bytes of every weight in its stored format (what a forward reads at most).
   int64_t stored_bytes() const;
   // Bytes of host memory the owned storage holds (copies, conversions, host-made weights).
@@ -130,8 +131,12 @@ Weights load_weights(const loader::Checkpoint& ck);
 // host, in float32, then converted. Either way the same values and bytes, up to the device's
 // Box-Muller: its log/cos may differ from the host's in the last bits of a double, which
 // changes a float (and then its block's codes) only where it sits on a rounding boundary.
+// engram_tables_on_host (device backends): the Engram tables are made in host memory in their
+// stored format (random_weights_on: generated and quantised by the backend in chunks, then
+// downloaded; the same bytes as tables made in its memory).
 Weights random_weights(const loader::ModelConfig& c, uint64_t seed, kernels::Backend* device = nullptr,
-                       kernels::WeightFormat matmul_format = kernels::WeightFormat::kF32);
+                       kernels::WeightFormat matmul_format = kernels::WeightFormat::kF32,
+                       bool engram_tables_on_host = false);
 // The largest float32 temporary random_weights_on uses for an FP8/MXFP4 matrix (256 MiB; a
 // matrix is made in chunks of whole 32-row blocks, at least one block).
 inline constexpr int64_t kRandomChunkFloats = int64_t{64} << 20;
@@ -142,7 +147,7 @@ inline constexpr int64_t kRandomChunkFloats = int64_t{64} << 20;
 // it with the host path byte for byte).
 Weights random_weights_on(const loader::ModelConfig& c, uint64_t seed, kernels::Backend& be,
                           kernels::WeightFormat matmul_format = kernels::WeightFormat::kF32,
-                          int64_t chunk_floats = kRandomChunkFloats);
+                          int64_t chunk_floats = kRandomChunkFloats, bool engram_tables_on_host = false);
 // Every tensor of `w` in the canonical order (random_weights' stream order): matrices by name,
 // vectors by name and length (the forward's float arrays of a 2-D tensor come as matrices).
 void for_each_tensor(const loader::ModelConfig& c, Weights& w, const std::function<void(const std::string&, Mat&)>& mat,
@@ -156,8 +161,11 @@ kernels::WeightFormat release_format(const std::string& name);
 // Quantises every matrix of `w` to its release format (round-to-nearest-even values,
 // power-of-two scales 2^ceil(log2(amax / max code))), replacing its storage.
 void quantize_release(const loader::ModelConfig& c, Weights& w);
-// Copies every tensor into `be`'s memory and points `w` at the copies (for device backends).
-void upload_weights(const loader::ModelConfig& c, Weights& w, kernels::Backend& be);
+// Copies every tensor into `be`'s memory and points `w` at the copies (for device backends);
+// with engram_tables_on_host the Engram tables stay where they are (mapped or host-made).
+void upload_weights(const loader::ModelConfig& c, Weights& w, kernels::Backend& be, bool engram_tables_on_host = false);
+// An Engram hash-bucket table, by canonical name ("layers.N.engram.embed.weight").
+bool is_engram_table(const std::string& name);
 // Converts every matrix to float32 (exact), e.g. to write a float checkpoint of a quantised one.
 void dequantize_all(const loader::ModelConfig& c, Weights& w);
 // Converts every matrix the forward reads through matmul to `fmt` (e.g. bf16 for a benchmark).

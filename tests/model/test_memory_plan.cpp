@@ -85,6 +85,7 @@ model::PlanOptions device_options(kernels::Precision p = kernels::Precision::kFl
   o.host_backend = false;
   o.precision = p;
   o.device = "cuda:0";
+  o.engram_tables_on_host = false;  // every tensor on the device (host tables: test_engram_staging.cpp)
   return o;
 }
 
