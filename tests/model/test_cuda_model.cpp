@@ -5,7 +5,7 @@
 // precision: the window-only fixture within 2e-2 with greedy tokens identical where the
 // margin exceeds the error; the fixtures with FP4 state through the cross-check backend (every
 // discrete decision equal to the CPU's on the same inputs). Distances to the float32
-// reference are printed.
+// reference are printed. Engram tables in host memory against tables in device memory, bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -172,7 +172,7 @@ TEST(CudaModel, MemoryPlanIsTheDeviceBytesAllocated) {
     engine::LoadedModel lm = engine::load_model(data + k.fixture, *gpu, k.format);
     int64_t allocated = 0;
     for (const auto& b : lm.model->weights().device) allocated += b.bytes();
-    EXPECT_EQ(lm.memory.weight_bytes(), allocated);
+    EXPECT_EQ(lm.memory.device_weight_bytes(), allocated);
     EXPECT_GT(lm.available.device, lm.memory.device_needed());
     EXPECT_EQ(lm.memory.options.device, "cuda");
   }
@@ -187,6 +187,48 @@ TEST(CudaModel, MemoryPlanIsTheDeviceBytesAllocated) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the model does not fit on cuda:0: it needs "), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("but 4.1 KB is free"), std::string::npos) << e.what();
+  }
+}
+
+// Engram tables in host memory (the default: each step uploads the rows it reads as a compact
+// block) give the logits of tables in device memory bitwise: the release checkpoint (FP8-row
+// tables) and the float one, random release weights (tables made on the device, downloaded),
+// float32 and bf16, the golden tokens in one chunk and in chunks of 7.
+TEST(CudaModel, EngramHostTablesGiveTheDeviceTablesLogitsBitwise) {
+  const std::string data = std::string(DEEPINFER_TEST_DATA) + "/v41/";
+  struct Case {
+    std::string fixture;
+    engine::LoadFormat format;
+    kernels::Precision precision;
+  };
+  for (const Case& k : {Case{"full", engine::LoadFormat::kAuto, kernels::Precision::kFloat32},
+                        Case{"full-q", engine::LoadFormat::kAuto, kernels::Precision::kFloat32},
+                        Case{"full-q", engine::LoadFormat::kAuto, kernels::Precision::kBF16},
+                        Case{"full-q", engine::LoadFormat::kRandom, kernels::Precision::kBF16}}) {
+    SCOPED_TRACE(k.fixture + (k.format == engine::LoadFormat::kRandom ? " random" : "") +
+                 (k.precision == kernels::Precision::kBF16 ? " bf16" : " float32"));
+    const std::vector<int64_t> toks = core::read_npy_ints(data + k.fixture + "/golden/tokens.npy");
+    const int64_t n = static_cast<int64_t>(toks.size());
+    auto run = [&](bool host_tables, int64_t chunk) {
+      auto gpu = kernels::make_cuda_backend(0, k.precision);
+      engine::MemoryOptions m;
+      m.engram_tables_on_host = host_tables;
+      engine::LoadedModel lm = engine::load_model(data + k.fixture, *gpu, k.format, 3, m);
+      EXPECT_EQ(lm.model->weights().engram_tables_on_host, host_tables);
+      const int64_t V = lm.model->config().vocab_size;
+      std::vector<float> out(static_cast<size_t>(n * V));
+      auto st = lm.model->new_state();
+      runner::BatchRunner r(*lm.model);
+      for (int64_t done = 0; done < n; done += chunk)
+        r.forward(toks.data() + done, std::min(chunk, n - done), st, out.data() + done * V);
+      return out;
+    };
+    for (int64_t chunk : {n, int64_t{7}}) {
+      const std::vector<float> dev = run(false, chunk), host = run(true, chunk);
+      ASSERT_EQ(dev.size(), host.size());
+      for (float v : dev) ASSERT_TRUE(std::isfinite(v));
+      EXPECT_EQ(std::memcmp(dev.data(), host.data(), dev.size() * sizeof(float)), 0) << "chunk " << chunk;
+    }
   }
 }
 
