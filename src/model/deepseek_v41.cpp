@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/engram_rows.h"
 
 namespace deepinfer::model {
 
@@ -37,6 +38,8 @@ DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::B
   // they stay in host memory).
   if (!be_.host_memory()) upload_weights(cfg_, w_, be_, options.engram_tables_on_host);
   engram_staged_ = be_.host_memory() ? options.stage_engram_rows : w_.engram_tables_on_host;
+  if (engram_staged_)  // a format whose rows can be staged (Error otherwise), checked before any step
+    for (int64_t l : cfg_.engram_layer_ids) table_row_bytes(w_.layers[static_cast<size_t>(l)].engram.table);
 }
 
 DeepseekV41::~DeepseekV41() = default;

@@ -144,7 +144,8 @@ inline constexpr int64_t kRandomChunkFloats = int64_t{64} << 20;
 // fill_random, FP8/MXFP4 matrices as float32 rows in chunks of at most chunk_floats (at least
 // 32 rows) quantised by quantize_weight into their codes and scales, laid out as
 // upload_weights lays a loaded matrix out. On any backend (the CPU one too: the tests compare
-// it with the host path byte for byte).
+// it with the host path byte for byte). engram_tables_on_host: the Engram tables are made in
+// chunks of the same rows and downloaded into host memory (Weights::owned_bytes).
 Weights random_weights_on(const loader::ModelConfig& c, uint64_t seed, kernels::Backend& be,
                           kernels::WeightFormat matmul_format = kernels::WeightFormat::kF32,
                           int64_t chunk_floats = kRandomChunkFloats, bool engram_tables_on_host = false);
