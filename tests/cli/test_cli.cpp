@@ -165,6 +165,27 @@ TEST_F(Cli, InfoPrintsTheMemoryPlan) {
               HasSubstr("flag --max-model-len: 4096 is longer than the model's max_position_embeddings = 1024"));
 }
 
+// --engram-tables: on a GPU the default keeps the Engram tables in host memory (out of the
+// device's figure); `device` counts them there; other values are refused, by info and the engine.
+TEST_F(Cli, InfoPlansEngramTablesWhereTheFlagSays) {
+  const std::string q = std::string(DEEPINFER_TEST_DATA) + "/v41/full-q";
+  const Outcome h = run("info --model " + quote(q) + " --device cuda");
+  ASSERT_EQ(h.code, 0) << h.err;
+  EXPECT_THAT(h.out, HasSubstr("  Engram tables 20.5 KB: FP8 20.5 KB (in host memory: read in place from the checkpoint)"));
+  EXPECT_THAT(h.out, HasSubstr("(weights, vectors and state)"));
+  const Outcome d = run("info --model " + quote(q) + " --device cuda --engram-tables device");
+  ASSERT_EQ(d.code, 0) << d.err;
+  EXPECT_THAT(d.out, HasSubstr("  Engram tables 20.5 KB: FP8 20.5 KB\n"));
+  EXPECT_THAT(d.out, HasSubstr("(weights, Engram tables, vectors and state)"));
+  const Outcome r = run("info --model " + quote(q) + " --device cuda --load-format random");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("host allocations: Engram tables made on the device, kept on the host 20.5 KB"));
+  EXPECT_THAT(expect_error("info --model " + quote(q) + " --engram-tables gpu"),
+              HasSubstr("flag --engram-tables: expected 'host' or 'device', got 'gpu'"));
+  EXPECT_THAT(expect_error("generate --model " + quote(q) + " --prompt-ids 5 --engram-tables gpu"),
+              HasSubstr("EngineConfig.engram_tables: expected \"host\" or \"device\", got \"gpu\""));
+}
+
 // run-batch reports the plan it checked on stderr when it starts; logits with its load time.
 TEST_F(Cli, RunBatchAndLogitsReportTheirMemory) {
   const std::string q = std::string(DEEPINFER_TEST_DATA) + "/v41/full-q";
