@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine/load_model.h"
 #include "kernels/backend.h"
+#include "loader/checkpoint.h"
 #include "runner/batch_runner.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/tokenizer.h"
@@ -43,6 +44,7 @@ struct LLM::Impl {
     o.sample_on_backend = cfg.sample_on_backend;
     o.on_text = on_text;
     o.grammars = grammars;
+    if (lm.checkpoint) o.find_nonfinite_weight = [ck = lm.checkpoint.get()] { return loader::first_nonfinite_tensor(*ck); };
     engine::Engine eng(*batches, lm.tokenizer.get(), o);
     auto outs = eng.run(std::move(reqs), on_finish);
     grammars = eng.grammar_cache();

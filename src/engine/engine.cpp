@@ -299,11 +299,14 @@ void Engine::commit(RunState& rs, const sched::StepPlan& plan, const runner::Ste
     if (nan) {
       const std::string where = drawn ? ", first at token id " + std::to_string(rs.nan_at[row])
                                       : ", or no finite value; drawn on the device";
+      if (!nonfinite_weight_ && opts_.find_nonfinite_weight) nonfinite_weight_ = opts_.find_nonfinite_weight();
+      const std::string found = nonfinite_weight_ && !nonfinite_weight_->empty()
+                                    ? "; the checkpoint's tensor " + *nonfinite_weight_
+                                    : "; check the checkpoint's weights (the output head 'head.weight' and the final "
+                                      "norm 'norm.weight' first) for NaN or Inf values";
       fail_request(rs, s.request,
                    "NaN in the logits at step " + std::to_string(step) + " (completion " + std::to_string(s.completion) +
-                       where +
-                       "): the model's output is not finite; check the checkpoint's weights (the output head "
-                       "'head.weight' and the final norm 'norm.weight' first) for NaN or Inf values");
+                       where + "): the model's output is not finite" + found);
       continue;
     }
     const int32_t tok = drawn ? drawn->token : so.token[i];

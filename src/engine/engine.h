@@ -64,6 +64,9 @@ struct EngineOptions {
   std::function<void(size_t, int, const std::string&)> on_text;
   // Optional: compiled structured-output grammars shared across runs (created on first use).
   std::shared_ptr<grammar::GrammarCache> grammars;
+  // Optional: where the weights hold a value that is not finite ("" if nowhere it can look), for
+  // the message of a request whose logits hold a NaN; called once, on the first such request.
+  std::function<std::string()> find_nonfinite_weight;
 };
 
 struct EngineRequest {
@@ -128,6 +131,7 @@ class Engine {
   std::unique_ptr<core::ThreadPool> pool_;
   StepTimes times_;
   std::vector<int32_t> eos_ids_;
+  std::optional<std::string> nonfinite_weight_;  // find_nonfinite_weight's answer, once asked
   std::shared_ptr<grammar::GrammarCache> grammars_;  // created on the first structured request
 };
 

@@ -1,6 +1,8 @@
 #include "loader/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -8,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace deepinfer::loader {
@@ -71,6 +74,38 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
 const TensorInfo* Checkpoint::find(const std::string& canonical) const {
   auto it = by_name_.find(canonical);
   return it == by_name_.end() ? nullptr : it->second;
+}
+
+std::string first_nonfinite_tensor(const Checkpoint& ck) {
+  for (const auto& [name, t] : ck.tensors()) {
+    const int64_t n = t->numel();
+    for (int64_t i = 0; i < n; ++i) {
+      float v = 0.0f;
+      bool bad = false;
+      switch (t->dtype) {
+        case core::DType::F32: std::memcpy(&v, t->data + i * 4, 4); break;
+        case core::DType::BF16: {
+          uint16_t b;
+          std::memcpy(&b, t->data + i * 2, 2);
+          v = core::bf16_to_f32(b);
+          break;
+        }
+        case core::DType::F16: {
+          uint16_t b;
+          std::memcpy(&b, t->data + i * 2, 2);
+          v = core::f16_to_f32(b);
+          break;
+        }
+        case core::DType::F8_E4M3: bad = (t->data[i] & 0x7F) == 0x7F; break;
+        case core::DType::F8_E8M0: bad = t->data[i] == 0xFF; break;
+        default: i = n; continue;  // integers (packed FP4 codes): always finite
+      }
+      if (bad || !std::isfinite(v))
+        return "'" + name + "' (" + t->file + "): element " + std::to_string(i) + " is " +
+               (bad || std::isnan(v) ? "nan" : "infinite");
+    }
+  }
+  return "";
 }
 
 }  // namespace deepinfer::loader

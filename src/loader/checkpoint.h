@@ -40,4 +40,10 @@ class Checkpoint {
   std::map<std::string, const TensorInfo*> by_name_;
 };
 
+// The first tensor (in name order) holding a value that is not finite — a NaN or infinite
+// float (F32, BF16, F16), an e4m3 NaN code (F8_E4M3 0x7F / 0xFF) or a NaN scale (F8_E8M0 0xFF) —
+// as "'NAME' (file F): element I is nan" ("" when every tensor is finite). Reads every byte of
+// the mapped files: for a failure's message, not for every load.
+std::string first_nonfinite_tensor(const Checkpoint& ck);
+
 }  // namespace deepinfer::loader
