@@ -54,6 +54,18 @@ inline std::vector<int32_t> offsets_of(int64_t tokens, int64_t K, int64_t E, uin
   return off;
 }
 
+// The indexer parity case's inputs (S queries at positions 40 + 11 i over T keys, H heads x dim),
+// shared with the selection case that runs on its scores.
+struct IndexerInputs {
+  std::vector<int64_t> pos;
+  std::vector<float> q, k, w;
+};
+inline IndexerInputs indexer_inputs(int64_t S, int64_t T, int64_t H, int64_t dim) {
+  IndexerInputs in{std::vector<int64_t>(sz(S)), randn(sz(S * H * dim), 23), randn(sz(T * dim), 24), randn(sz(S * H), 25)};
+  for (int64_t i = 0; i < S; ++i) in.pos[sz(i)] = 40 + 11 * i;
+  return in;
+}
+
 inline const char* format_name(WeightFormat f) {
   switch (f) {
     case WeightFormat::kF32: return "f32";

@@ -45,11 +45,9 @@ void add_indexer(std::vector<OpCase>& t) {
                  .shape = "S " + str(S) + ", T 40, " + str(H) + " heads x " + str(dim) + ", ratio 2",
                  .build =
                      [=](Run& r) {
-                       std::vector<int64_t> ipos(sz(S));
-                       for (int64_t i = 0; i < S; ++i) ipos[sz(i)] = 40 + 11 * i;
-                       const float *q = r.in(randn(sz(S * H * dim), 23)), *k = r.in(randn(sz(T * dim), 24)),
-                                   *w = r.in(randn(sz(S * H), 25));
-                       const int64_t* pos = r.in(ipos);
+                       const IndexerInputs in = indexer_inputs(S, T, H, dim);
+                       const float *q = r.in(in.q), *k = r.in(in.k), *w = r.in(in.w);
+                       const int64_t* pos = r.in(in.pos);
                        float* sc = r.out<float>("scores", sz(S * T), Rule::kRelErr, 1e-5);
                        r.op = [=, &be = r.be] {
                          be.indexer_scores({.q = q, .k = k, .w = w, .q_pos = pos, .scores = sc, .s = S, .heads = H, .dim = dim, .t = T,

@@ -92,15 +92,13 @@ void add_select(std::vector<OpCase>& t) {
                  .shape = "[" + str(S) + " x 40], blocks of 4, keep 3, then top-6",
                  .build =
                      [=](Run& r) {
-                       std::vector<int64_t> ipos(sz(S));
-                       for (int64_t i = 0; i < S; ++i) ipos[sz(i)] = 40 + 11 * i;
-                       const auto iq = randn(sz(S * H * dim), 23), ik = randn(sz(T * dim), 24), iw = randn(sz(S * H), 25);
+                       const IndexerInputs in = indexer_inputs(S, T, H, dim);
                        std::vector<float> scores(sz(S * T));
-                       make_cpu_backend(1)->indexer_scores({.q = iq.data(), .k = ik.data(), .w = iw.data(), .q_pos = ipos.data(),
+                       make_cpu_backend(1)->indexer_scores({.q = in.q.data(), .k = in.k.data(), .w = in.w.data(), .q_pos = in.pos.data(),
                                                             .scores = scores.data(), .s = S, .heads = H, .dim = dim, .t = T, .ratio = 2,
                                                             .score_scale = 0.1f});
                        const float* sc = r.in(scores);
-                       const int64_t* pos = r.in(ipos);
+                       const int64_t* pos = r.in(in.pos);
                        uint8_t* keep = r.out<uint8_t>("keep", sz(S * T), Rule::kBits);
                        uint8_t* topk = r.out<uint8_t>("top-k", sz(S * T), Rule::kBits);
                        r.op = [=, &be = r.be] {
