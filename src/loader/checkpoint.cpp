@@ -78,6 +78,10 @@ const TensorInfo* Checkpoint::find(const std::string& canonical) const {
 
 std::string first_nonfinite_tensor(const Checkpoint& ck) {
   for (const auto& [name, t] : ck.tensors()) {
+    const core::DType d = t->dtype;
+    if (d != core::DType::F32 && d != core::DType::BF16 && d != core::DType::F16 && d != core::DType::F8_E4M3 &&
+        d != core::DType::F8_E8M0)
+      continue;  // integers (packed FP4 codes): always finite
     const int64_t n = t->numel();
     for (int64_t i = 0; i < n; ++i) {
       float v = 0.0f;
@@ -98,7 +102,7 @@ std::string first_nonfinite_tensor(const Checkpoint& ck) {
         }
         case core::DType::F8_E4M3: bad = (t->data[i] & 0x7F) == 0x7F; break;
         case core::DType::F8_E8M0: bad = t->data[i] == 0xFF; break;
-        default: i = n; continue;  // integers (packed FP4 codes): always finite
+        default: break;
       }
       if (bad || !std::isfinite(v))
         return "'" + name + "' (" + t->file + "): element " + std::to_string(i) + " is " +
