@@ -18,15 +18,18 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// Greedy: the largest value, ties to the lowest id (the row has no NaN: draw_row checks).
+// Greedy: the largest value, ties to the lowest id; kNoToken when the row has a NaN or nothing
+// above -inf.
 int32_t argmax_row(const float* x, int64_t n) {
-  int64_t best = 0;
+  int64_t best = kNoToken;
   float bv = -INFINITY;
-  for (int64_t c = 0; c < n; ++c)
+  for (int64_t c = 0; c < n; ++c) {
+    if (std::isnan(x[c])) return kNoToken;
     if (x[c] > bv) {
       bv = x[c];
       best = c;
     }
+  }
   return static_cast<int32_t>(best);
 }
 
@@ -38,11 +41,9 @@ struct Scratch {
 
 // kNoToken for a row with a NaN or nothing above -inf.
 int32_t draw_row(const float* l, int64_t n, const DrawParams& p, Scratch& s) {
-  if (n == 0 || std::any_of(l, l + n, [](float v) { return std::isnan(v); })) return kNoToken;
   const int32_t imax = argmax_row(l, n);
+  if (imax == kNoToken || !(p.temperature >= kDrawGreedyTemperature)) return imax;
   const float lmax = l[imax];
-  if (lmax == -INFINITY) return kNoToken;
-  if (!(p.temperature >= kDrawGreedyTemperature)) return imax;
   const double temp = static_cast<double>(p.temperature);
   const bool inf_mode = lmax == INFINITY;  // +inf values share all the mass equally
   auto x_of = [&](float v) -> double {
