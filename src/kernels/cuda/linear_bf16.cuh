@@ -5,6 +5,8 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -39,47 +41,52 @@ __device__ inline void cp_async_wait() {
 // Stored weight codes to bf16 mma operands, exactly the bf16 rounding of code x scale (what
 // dequantising to bf16 gives): the codes' bits moved into bf16 fields give code x 2^-120 (e4m3)
 // or code x 2^-126 (e2m1), subnormals included; one bf16 multiply by the power of two
-// 2^(s - 7) or 2^(s - 1) (a second where that exceeds bf16's range) then rounds the exact
-// product once. (A NaN code, e4m3 0x7F / 0xFF, which the quantiser never makes, decodes as
-// 480 x scale rather than NaN; code 8 of e2m1 gives -0, whose products add as +0's do.)
+// 2^(s - 7) or 2^(s - 1) (a second where that exceeds bf16's range: scale bytes above
+// kTwoAbove) then rounds the exact product once. (A NaN code, e4m3 0x7F / 0xFF, which the
+// quantiser never makes, decodes as 480 x scale rather than NaN; code 8 of e2m1 gives -0,
+// whose products add as +0's do.)
 struct StoredScale {
-  uint32_t f1, f2;  // bf16x2 factors; f2 applies where two (rare)
-  bool two;
+  uint32_t f1, f2;  // bf16x2 factors; f2 (1 unless the scale needs two) applies where two
 };
+// The scale bytes whose factor needs two multiplies (2^e, e = s - 127 + bias above 127; 255 is NaN).
+template <int kBias>
+constexpr uint32_t kTwoAbove = 254 - kBias;
 // The factors of ue8m0 byte s for codes read as code x 2^-bias (bias 120: e4m3, 126: e2m1).
 template <int kBias>
 __device__ __forceinline__ StoredScale stored_scale(uint32_t s) {
   const int e = static_cast<int>(s) - 127 + kBias;  // 2^e, e >= -7
-  StoredScale r;
-  if (s == 255u) {
-    r = {0x7FC07FC0u, 0u, false};
-  } else if (e <= 127) {
-    const uint32_t b = static_cast<uint32_t>(e + 127) << 7;
-    r = {b | (b << 16), 0u, false};
-  } else {
-    const uint32_t b = static_cast<uint32_t>(e - 127 + 127) << 7;
-    r = {0x7F007F00u, b | (b << 16), true};  // 2^127, then 2^(e - 127)
-  }
-  return r;
+  const bool two = e > 127;
+  const uint32_t b1 = static_cast<uint32_t>(two ? 254 : e + 127) << 7, b2 = static_cast<uint32_t>(two ? e : 127) << 7;
+  return {s == 255u ? 0x7FC07FC0u : b1 | (b1 << 16), b2 | (b2 << 16)};
+}
+// Whether any of the four scale bytes in w needs two multiplies.
+template <int kBias>
+__device__ __forceinline__ bool stored_scales_two(uint32_t w) {
+  constexpr uint32_t t = kTwoAbove<kBias>;
+  return (__vcmpgtu4(w, t * 0x01010101u) & __vcmpltu4(w, 0xFFFFFFFFu)) != 0u;
 }
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
+// TWO: the warp has a scale needing the second multiply (f2 is 1 where it does not).
+template <bool TWO>
 __device__ __forceinline__ uint32_t scaled(uint32_t v, const StoredScale& sc) {
   v = bf16x2_mul(v, sc.f1);
-  return sc.two ? bf16x2_mul(v, sc.f2) : v;
+  return TWO ? bf16x2_mul(v, sc.f2) : v;
 }
 // Two e4m3 codes (the low byte first) as bf16 code x 2^-120: byte b -> (b & 0x80) << 8 | (b & 0x7F) << 4.
 __device__ __forceinline__ uint32_t e4m3x2_bits(uint32_t c) {
   const uint32_t t = __byte_perm(c, 0u, 0x1404u);  // [0, b0, 0, b1]
   return ((t & 0x7F007F00u) >> 4) | (t & 0x80008000u);
 }
-// A byte of two e2m1 codes (the low nibble first) as bf16 code x 2^-126: nibble c -> (c & 8) << 12 | (c & 7) << 6.
+// A byte of two e2m1 codes (the low nibble first) as bf16 code x 2^-126: nibble c -> (c & 8) << 12 |
+// (c & 7) << 6, i.e. the low nibble times 2^6 + 2^12 and the high one (as b & 0xF0) times
+// 2^18 + 2^24, whose four copies fall on disjoint bits; the mask keeps the wanted ones.
 __device__ __forceinline__ uint32_t e2m1x2_bits(uint32_t b) {
-  const uint32_t y = (b & 0xFu) | ((b & 0xF0u) << 12);  // nibbles at bits 0 and 16
-  return ((y & 0x00070007u) << 6) | ((y & 0x00080008u) << 12);
+  const uint32_t v = b * 0x1040u + (b & 0xF0u) * (0x01040000u - 0x1040u);  // l x 0x1040 + h x 0x01040000
+  return v & 0x81C081C0u;
 }
 
 // Shared memory of a launch: per stage the x slice (bf16) and the weight slice (bf16; or, WQ,
@@ -235,42 +242,51 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   };
   uint64_t pol = 0;
   if (p.stream_w) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  // Each thread's share of a slice's copies: of rows x RCH chunks, chunk column threadIdx.x % RCH
+  // in rows threadIdx.x / RCH + i * (kThreads / RCH), a fixed count of copies unrolled (their
+  // addresses, but for k, set once outside the k loop).
+  auto each_copy = [&](auto rows_c, auto rch_c, auto&& f) {
+    constexpr int ROWS = decltype(rows_c)::value, RCH = decltype(rch_c)::value, STEP = kThreads / RCH;
+    static_assert(kThreads % RCH == 0, "a thread keeps its chunk column");
+    const int r0 = threadIdx.x / RCH, ch = threadIdx.x % RCH;
+#pragma unroll
+    for (int i = 0; i < (ROWS + STEP - 1) / STEP; ++i) {
+      const int r = r0 + i * STEP;
+      if (ROWS % STEP != 0 && r >= ROWS) break;
+      f(r, ch);
+    }
+  };
+  using std::integral_constant;
   auto load_b = [&](int stage, int kt) {  // kt counts from kt0
     const int k0 = (kt0 + kt) * BK;
     if constexpr (WQ != 0) {
-      constexpr int QCH = SM::RB / 16;
       const int64_t rb = WQ == 2 ? K / 2 : K, kb0 = WQ == 2 ? k0 / 2 : k0;
-      for (int c = threadIdx.x; c < BN * QCH; c += kThreads) {
-        const int r = c / QCH, ch = c % QCH;
+      each_copy(integral_constant<int, BN>(), integral_constant<int, SM::RB / 16>(), [&](int r, int ch) {
         const bool ok = r < ncols;
-        void* dst = sBq + stage * SBB + r * LDQ + ch * 16;
-        const void* src = Bq + static_cast<int64_t>(ok ? r : 0) * rb + kb0 + ch * 16;
-        cp_async16(dst, src, ok);
-      }
-      for (int r = threadIdx.x; r < SM::SROWS; r += kThreads) {
+        cp_async16(sBq + stage * SBB + r * LDQ + ch * 16, Bq + static_cast<int64_t>(ok ? r : 0) * rb + kb0 + ch * 16, ok);
+      });
+      each_copy(integral_constant<int, SM::SROWS>(), integral_constant<int, 1>(), [&](int r, int) {
         const bool ok = (WQ == 1 ? r * 32 : r) < ncols;
         cp_async4(sS + stage * SSB + r * KB, Bs + static_cast<int64_t>(ok ? r : 0) * (K / 32) + k0 / 32, ok);
-      }
+      });
     } else {
-      for (int c = threadIdx.x; c < BN * CH; c += kThreads) {
-        const int r = c / CH, ch = c % CH;
+      each_copy(integral_constant<int, BN>(), integral_constant<int, CH>(), [&](int r, int ch) {
         const bool ok = r < ncols;
         void* dst = sB + stage * SB + (WG ? sw128_at(r, ch) : r * LDS + ch * 8);
         const void* src = B + static_cast<int64_t>(ok ? r : 0) * K + k0 + ch * 8;
         if (p.stream_w) cp_async16_ef(dst, src, ok, pol);
         else cp_async16(dst, src, ok);
-      }
+      });
     }
   };
   auto load = [&](int stage, int kt, bool with_b) {
     const int k0 = (kt0 + kt) * BK;
     if constexpr (!XF) {
-      for (int c = threadIdx.x; c < BM * CH; c += kThreads) {
-        const int r = c / CH, ch = c % CH;
+      each_copy(integral_constant<int, BM>(), integral_constant<int, CH>(), [&](int r, int ch) {
         const bool ok = r < rows;
         const int64_t xr = gathered ? s_xrow[ok ? r : 0] : (ok ? r : 0);
         cp_async16(sA + stage * SA + (WG ? sw128_at(r, ch) : r * LDS + ch * 8), A + xr * p.ldx + k0 + ch * 8, ok);
-      }
+      });
     }
     if (with_b) load_b(stage, kt);
   };
@@ -357,52 +373,67 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
         if (kt > 0 && kt % SEG == 0) fold();  // a segment ended
       const __nv_bfloat16* a_s = sA + (kt % STAGES) * SA;
       const __nv_bfloat16* b_s = sB + (kt % STAGES) * SB;
-      StoredScale wsc[WQ ? NI : 1];  // WQ: the current 32 k's scales of the warp's columns
+      constexpr int kBias = WQ == 1 ? 120 : 126;
+      // The slice's products; TWO (stored formats): the second scale multiply, taken by the whole
+      // warp for a slice where any of its scales needs it (sw: each column's four scale bytes).
+      auto products = [&](auto two_c, const uint32_t* sw) {
+        constexpr bool TWO = decltype(two_c)::value;
+        StoredScale wsc[WQ ? NI : 1];  // WQ: the current 32 k's scales of the warp's columns
 #pragma unroll
-      for (int kk = 0; kk < BK; kk += 16) {
-        uint32_t af[MI][4], bf[NI][2];
+        for (int kk = 0; kk < BK; kk += 16) {
+          uint32_t af[MI][4], bf[NI][2];
 #pragma unroll
-        for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], a_s + (wm * TM + i * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
-        if constexpr (WQ != 0) {
-          // Operand pairs (k, k + 1) and (k + 8, k + 9) of column n, k = kk + 2 (lane % 4).
-          const unsigned char* q_s = sBq + (kt % STAGES) * SBB;
-          const unsigned char* s_s = sS + (kt % STAGES) * SSB;
-          if (kk % 32 == 0) {  // a scale covers 32 k: two k16 steps
+          for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], a_s + (wm * TM + i * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
+          if constexpr (WQ != 0) {
+            // Operand pairs (k, k + 1) and (k + 8, k + 9) of column n, k = kk + 2 (lane % 4).
+            const unsigned char* q_s = sBq + (kt % STAGES) * SBB;
+            if (kk % 32 == 0)  // a scale covers 32 k: two k16 steps
+#pragma unroll
+              for (int j = 0; j < NI; ++j) wsc[j] = stored_scale<kBias>((sw[j] >> (kk / 32 * 8)) & 0xFFu);
 #pragma unroll
             for (int j = 0; j < NI; ++j) {
               const int n = wn * TN + j * 8 + lane / 4;
-              wsc[j] = stored_scale<WQ == 1 ? 120 : 126>(s_s[(WQ == 1 ? n / 32 : n) * KB + kk / 32]);
+              if constexpr (WQ == 1) {
+                const unsigned char* q = q_s + n * LDQ + kk + 2 * (lane % 4);
+                bf[j][0] = scaled<TWO>(e4m3x2_bits(*reinterpret_cast<const uint16_t*>(q)), wsc[j]);
+                bf[j][1] = scaled<TWO>(e4m3x2_bits(*reinterpret_cast<const uint16_t*>(q + 8)), wsc[j]);
+              } else {
+                const unsigned char* q = q_s + n * LDQ + kk / 2 + lane % 4;
+                bf[j][0] = scaled<TWO>(e2m1x2_bits(q[0]), wsc[j]);
+                bf[j][1] = scaled<TWO>(e2m1x2_bits(q[4]), wsc[j]);
+              }
+            }
+          } else {
+#pragma unroll
+            for (int j = 0; j < NI; j += 2) {
+              uint32_t r[4];
+              ldmatrix_x4(r, b_s + (wn * TN + j * 8 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk + ((lane >> 3) & 1) * 8);
+              bf[j][0] = r[0];
+              bf[j][1] = r[1];
+              bf[j + 1][0] = r[2];
+              bf[j + 1][1] = r[3];
             }
           }
 #pragma unroll
-          for (int j = 0; j < NI; ++j) {
-            const int n = wn * TN + j * 8 + lane / 4;
-            const StoredScale& sc = wsc[j];
-            if constexpr (WQ == 1) {
-              const unsigned char* q = q_s + n * LDQ + kk + 2 * (lane % 4);
-              bf[j][0] = scaled(e4m3x2_bits(*reinterpret_cast<const uint16_t*>(q)), sc);
-              bf[j][1] = scaled(e4m3x2_bits(*reinterpret_cast<const uint16_t*>(q + 8)), sc);
-            } else {
-              const unsigned char* q = q_s + n * LDQ + kk / 2 + lane % 4;
-              bf[j][0] = scaled(e2m1x2_bits(q[0]), sc);
-              bf[j][1] = scaled(e2m1x2_bits(q[4]), sc);
-            }
-          }
-        } else {
+          for (int i = 0; i < MI; ++i)
 #pragma unroll
-          for (int j = 0; j < NI; j += 2) {
-            uint32_t r[4];
-            ldmatrix_x4(r, b_s + (wn * TN + j * 8 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk + ((lane >> 3) & 1) * 8);
-            bf[j][0] = r[0];
-            bf[j][1] = r[1];
-            bf[j + 1][0] = r[2];
-            bf[j + 1][1] = r[3];
-          }
+            for (int j = 0; j < NI; ++j) mma_bf16(acc[i][j], af[i], bf[j][0], bf[j][1]);
         }
+      };
+      uint32_t sw[NI] = {};
+      if constexpr (WQ != 0) {
+        const unsigned char* s_s = sS + (kt % STAGES) * SSB;
+        bool two = false;
 #pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NI; ++j) mma_bf16(acc[i][j], af[i], bf[j][0], bf[j][1]);
+        for (int j = 0; j < NI; ++j) {
+          const int n = wn * TN + j * 8 + lane / 4;
+          sw[j] = *reinterpret_cast<const uint32_t*>(s_s + (WQ == 1 ? n / 32 : n) * KB);
+          two |= stored_scales_two<kBias>(sw[j]);
+        }
+        if (__any_sync(0xFFFFFFFFu, two)) products(std::true_type(), sw);
+        else products(std::false_type(), sw);
+      } else {
+        products(std::false_type(), sw);
       }
       // The refilled stage's x (its slot was freed by this iteration's barrier; read after the next).
       if (refill) store_a((kt + STAGES - 1) % STAGES);

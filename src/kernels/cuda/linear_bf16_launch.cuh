@@ -103,14 +103,16 @@ void gemm_bf16_as(Bf16Gemm p, Stream s) {
   [[maybe_unused]] const bool fold = gemm_bf16_split(p) < p.k && !p.part;
   if constexpr (WQ != 0) {
     // Stored-format weights (k a multiple of 128: gemm_bf16_reads): slices of 128 on every
-    // tiling, the decode ones as bf16's (the experts' with more stages: a stage holds a half or
-    // a quarter of bf16's weight bytes), 64 x 128 and 128 x 128 tiles above 16 rows. No L2 hint
+    // tiling, the decode ones as bf16's, 64 x 128 and 128 x 128 tiles above 16 rows. No L2 hint
     // on these copies (with it, beside the 4-byte scale copies, the H200 raised an illegal
     // instruction).
     if (per_tile <= 16) {
+      // 3 stages dense, 4 for the experts: 4 blocks per SM (by registers). Measured at one token:
+      // the layer's FP8 dense products 110 us at 3 or 4 stages; the MXFP4 experts' gate + up
+      // 64 us at 4 stages, 74-77 us at 6-10 (2 blocks per SM by shared memory).
       if (!p.offsets)
-        return p.x_f32 ? launch_gemm<16, 64, 128, 1, 4, 2, true, false, WQ>(p, s) : launch_gemm<16, 64, 128, 1, 4, 2, false, false, WQ>(p, s);
-      return launch_gemm<16, 64, 128, 1, 4, WQ == 1 ? 6 : 10, false, false, WQ>(p, s);
+        return p.x_f32 ? launch_gemm<16, 64, 128, 1, 4, 3, true, false, WQ>(p, s) : launch_gemm<16, 64, 128, 1, 4, 3, false, false, WQ>(p, s);
+      return launch_gemm<16, 64, 128, 1, 4, 4, false, false, WQ>(p, s);
     }
     if (per_tile <= 128 || split) return launch_gemm<64, 128, 128, 2, 4, 3, false, false, WQ>(p, s);
     return launch_gemm<128, 128, 128, 2, 4, 3, false, false, WQ>(p, s);
