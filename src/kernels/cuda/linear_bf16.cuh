@@ -77,8 +77,10 @@ __device__ __forceinline__ uint32_t scaled(uint32_t v, const StoredScale& sc) {
   return TWO ? bf16x2_mul(v, sc.f2) : v;
 }
 // Two e4m3 codes (the low byte first) as bf16 code x 2^-120: byte b -> (b & 0x80) << 8 | (b & 0x7F) << 4.
+// (kHigh: bytes 2 and 3 of c.)
+template <bool kHigh = false>
 __device__ __forceinline__ uint32_t e4m3x2_bits(uint32_t c) {
-  const uint32_t t = __byte_perm(c, 0u, 0x1404u);  // [0, b0, 0, b1]
+  const uint32_t t = __byte_perm(c, 0u, kHigh ? 0x3424u : 0x1404u);  // [0, b0, 0, b1]
   return ((t & 0x7F007F00u) >> 4) | (t & 0x80008000u);
 }
 // A byte of two e2m1 codes (the low nibble first) as bf16 code x 2^-126: nibble c -> (c & 8) << 12 |
@@ -102,7 +104,8 @@ struct GemmSmem {
   static constexpr int SB = WG ? BN * BK : BN * LDS;                  // a stage's bf16 weight elements
   static constexpr int SBB = WQ ? BN * LDQ : SB * 2;                  // a stage's weight bytes
   static constexpr int SSB = WQ ? (SROWS * KB + 15) / 16 * 16 : 0;    // a stage's scale bytes
-  static constexpr int bytes = STAGES * (SA * 2 + SBB + SSB) + (WG ? 1024 : 0);
+  static constexpr int DEC = WG && WQ ? 2 * BN * BK : 0;              // WG, WQ: two decoded bf16 weight slices
+  static constexpr int bytes = STAGES * (SA * 2 + SBB + SSB) + DEC * 2 + (WG ? 1024 : 0);
 };
 
 // XF: x is float32 (p.x_f32), rounded to bf16 on its way into shared memory (through registers,
@@ -116,8 +119,10 @@ struct GemmSmem {
 // at BN 128 (the second set of accumulators).
 // WQ (1: FP8 e4m3 in 32x32 blocks, 2: MXFP4): the weights' codes staged as stored (half or a
 // quarter of the bytes) with their scales (4 bytes a row, or a 32-row block, of a BK 128 slice:
-// k a multiple of 128), in the same copies' groups; each mma operand pair decoded from them
-// (mma.sync tilings only).
+// k a multiple of 128), in the same copies' groups; on the mma.sync tilings each operand pair
+// decoded from them; on the warpgroup tiling (BN 128, BK 128: x in two swizzled 64-k tiles)
+// each slice decoded once, into one of two bf16 slices the products then read (the next
+// slice's decoding runs beside this slice's products).
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool FOLD, bool XF, bool WG = false, int WQ = 0>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p, int ks) {
   // Dense: the weights' first slices are requested before the programmatic wait (nothing
@@ -125,10 +130,10 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   constexpr int kThreads = WARPS_M * WARPS_N * 32, TM = BM / WARPS_M, TN = BN / WARPS_N, MI = TM / 16, NI = TN / 8;
   constexpr int LDS = BK + 8, CH = BK / 8;  // smem row stride (ldmatrix rows on distinct banks); 16-byte chunks per row
   static_assert(TM % 16 == 0 && TN % 16 == 0, "warp tile of whole 16 x 16 pieces");
-  static_assert(!WG || (WARPS_N == 1 && TM == 16 && (BN == 128 || (BN == 256 && !FOLD)) && BK == 64 && WARPS_M % 4 == 0 &&
-                        !XF && STAGES > 2),
+  static_assert(!WG || (WARPS_N == 1 && TM == 16 && (BN == 128 || (BN == 256 && !FOLD)) && BK == (WQ ? 128 : 64) &&
+                        WARPS_M % 4 == 0 && !XF && STAGES > 2),
                 "warpgroup tiling");
-  static_assert(!(WG && WQ) && (!WQ || BK == 128), "stored-format weights on the mma.sync tilings of 128-wide slices");
+  static_assert(!WQ || (BK == 128 && (!WG || (BN == 128 && kThreads == 2 * BN))), "stored-format weights in 128-wide slices");
   using SM = GemmSmem<BM, BN, BK, STAGES, WG, WQ>;
   constexpr int SA = SM::SA, SB = SM::SB, SBB = SM::SBB, SSB = SM::SSB, LDQ = SM::LDQ, KB = SM::KB;
   constexpr int PRE = WG ? STAGES - 2 : STAGES - 1;                          // slices loaded ahead
@@ -136,7 +141,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
   // WG: the tiles 1024-byte aligned (the swizzle's atoms; launch_gemm adds the room).
   const uint32_t pad = WG ? (1024 - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024 : 0;
   __nv_bfloat16* sA = reinterpret_cast<__nv_bfloat16*>(smem_raw + pad);  // [STAGES][SA]
-  unsigned char* sBq = reinterpret_cast<unsigned char*>(sA + STAGES * SA);  // [STAGES][SBB]
+  __nv_bfloat16* sDec = sA + STAGES * SA;                                // [2][BN * BK] (WG, WQ: decoded slices)
+  unsigned char* sBq = reinterpret_cast<unsigned char*>(sDec + SM::DEC);  // [STAGES][SBB]
   __nv_bfloat16* sB = reinterpret_cast<__nv_bfloat16*>(sBq);             // [STAGES][SB] (bf16 weights)
   unsigned char* sS = sBq + STAGES * SBB;                                // [STAGES][SSB] (WQ scales)
   __shared__ int s_e, s_row0, s_rows;
@@ -285,10 +291,52 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       each_copy(integral_constant<int, BM>(), integral_constant<int, CH>(), [&](int r, int ch) {
         const bool ok = r < rows;
         const int64_t xr = gathered ? s_xrow[ok ? r : 0] : (ok ? r : 0);
-        cp_async16(sA + stage * SA + (WG ? sw128_at(r, ch) : r * LDS + ch * 8), A + xr * p.ldx + k0 + ch * 8, ok);
+        cp_async16(sA + stage * SA + (WG ? sw128_tile_at(r, ch, BM) : r * LDS + ch * 8), A + xr * p.ldx + k0 + ch * 8, ok);
       });
     }
     if (with_b) load_b(stage, kt);
+  };
+  constexpr int kBias = WQ == 1 ? 120 : 126;
+  // WG, WQ: a slice's codes (stage st) to bf16 in the 128-byte swizzle by 64 k (dst): thread t
+  // decodes row t % BN, k half t / BN (64 k: 16-byte reads and writes on distinct banks), its
+  // two scales' second multiply taken warp by warp where any needs it.
+  [[maybe_unused]] auto decode_slice = [&](int st, __nv_bfloat16* dst) {
+    if constexpr (WG && WQ != 0) {
+      const int r = threadIdx.x % BN, h = threadIdx.x / BN;
+      const unsigned char* q = sBq + st * SBB + r * LDQ + h * (SM::RB / 2);
+      const unsigned char* sc = sS + st * SSB + (WQ == 1 ? r / 32 : r) * KB + 2 * h;
+      const uint32_t s2 = sc[0] | static_cast<uint32_t>(sc[1]) << 8;
+      dst += h * BN * 64;
+      auto run = [&](auto two_c) {
+        constexpr bool TWO = decltype(two_c)::value;
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {  // 32 k a scale
+          const StoredScale f = stored_scale<kBias>((s2 >> (8 * b)) & 0xFFu);
+#pragma unroll
+          for (int c2 = 0; c2 < 4; c2 += WQ == 1 ? 2 : 4) {  // 16-byte reads: 2 chunks of 8 k (FP8), 4 (MXFP4)
+            const int c = b * 4 + c2;
+            const uint4 w = *reinterpret_cast<const uint4*>(q + (WQ == 1 ? c * 8 : c * 4));
+            const uint32_t wv[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int i = 0; i < (WQ == 1 ? 2 : 4); ++i) {  // chunk c + i: 8 k, 4 pairs
+              uint32_t o[4];
+              if constexpr (WQ == 1) {
+                o[0] = scaled<TWO>(e4m3x2_bits(wv[2 * i]), f);
+                o[1] = scaled<TWO>(e4m3x2_bits<true>(wv[2 * i]), f);
+                o[2] = scaled<TWO>(e4m3x2_bits(wv[2 * i + 1]), f);
+                o[3] = scaled<TWO>(e4m3x2_bits<true>(wv[2 * i + 1]), f);
+              } else {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) o[j] = scaled<TWO>(e2m1x2_bits((wv[i] >> (8 * j)) & 0xFFu), f);
+              }
+              *reinterpret_cast<uint4*>(dst + sw128_at(r, c + i)) = make_uint4(o[0], o[1], o[2], o[3]);
+            }
+          }
+        }
+      };
+      if (__any_sync(0xFFFFFFFFu, stored_scales_two<kBias>(s2))) run(std::true_type());
+      else run(std::false_type());
+    }
   };
   // acc: the current segment's sums; tot (FOLD only; otherwise unused and dropped by the
   // compiler): the sum of the finished segments.
@@ -333,6 +381,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
     // (each waits for all but its last group), so its stage takes slice kt + PRE; a finished
     // segment folded once its products are done; the slice's four k16 products issued as one
     // group, then the wait for the previous slice's.
+    // WQ: after the refill, the slice's codes decoded into bf16 slice kt % 2 (last read by the
+    // products of slice kt - 2, done by the barrier), made visible to the products at a second.
     float(&d)[BN / 2] = *reinterpret_cast<float(*)[BN / 2]>(&acc[0][0][0]);
     const int wg = warp / 4;
     for (int kt = 0; kt < KT; ++kt) {
@@ -341,8 +391,14 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       __syncthreads();
       if (kt + PRE < KT) load((kt + PRE) % STAGES, kt + PRE, true);
       cp_async_commit();
-      const __nv_bfloat16* a_s = sA + (kt % STAGES) * SA + wg * 64 * BK;
-      const __nv_bfloat16* b_s = sB + (kt % STAGES) * SB;
+      if constexpr (WQ != 0) {
+        decode_slice(kt % STAGES, sDec + (kt % 2) * BN * BK);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+      }
+      // Tiles of 64 k (two for BK 128): warpgroup wg's 64 rows of x, and the weights' BN rows.
+      const __nv_bfloat16* a_s = sA + (kt % STAGES) * SA + wg * 64 * 64;
+      const __nv_bfloat16* b_s = WQ ? sDec + (kt % 2) * BN * BK : sB + (kt % STAGES) * SB;
       if constexpr (FOLD)
         if (kt > 0 && kt % SEG == 0) {
           wgmma_wait<0>();
@@ -352,7 +408,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       wgmma_hold(d);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BK; kk += 16) wgmma_m64k16_ss<BN>(d, wgmma_desc_sw128(a_s + kk), wgmma_desc_sw128(b_s + kk));
+      for (int kk = 0; kk < BK; kk += 16)
+        wgmma_m64k16_ss<BN>(d, wgmma_desc_sw128(a_s + kk / 64 * BM * 64 + kk % 64), wgmma_desc_sw128(b_s + kk / 64 * BN * 64 + kk % 64));
       wgmma_commit();
       wgmma_wait<1>();
       wgmma_hold(d);
@@ -373,7 +430,6 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
         if (kt > 0 && kt % SEG == 0) fold();  // a segment ended
       const __nv_bfloat16* a_s = sA + (kt % STAGES) * SA;
       const __nv_bfloat16* b_s = sB + (kt % STAGES) * SB;
-      constexpr int kBias = WQ == 1 ? 120 : 126;
       // The slice's products; TWO (stored formats): the second scale multiply, taken by the whole
       // warp for a slice where any of its scales needs it (sw: each column's four scale bytes).
       auto products = [&](auto two_c, const uint32_t* sw) {

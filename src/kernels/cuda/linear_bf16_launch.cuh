@@ -103,7 +103,7 @@ void gemm_bf16_as(Bf16Gemm p, Stream s) {
   [[maybe_unused]] const bool fold = gemm_bf16_split(p) < p.k && !p.part;
   if constexpr (WQ != 0) {
     // Stored-format weights (k a multiple of 128: gemm_bf16_reads): slices of 128 on every
-    // tiling, the decode ones as bf16's, 64 x 128 and 128 x 128 tiles above 16 rows. No L2 hint
+    // tiling, the decode ones as bf16's, 64 x 128 tiles up to 128 rows. No L2 hint
     // on these copies (with it, beside the 4-byte scale copies, the H200 raised an illegal
     // instruction).
     if (per_tile <= 16) {
@@ -115,7 +115,8 @@ void gemm_bf16_as(Bf16Gemm p, Stream s) {
       return launch_gemm<16, 64, 128, 1, 4, 4, false, false, WQ>(p, s);
     }
     if (per_tile <= 128 || split) return launch_gemm<64, 128, 128, 2, 4, 3, false, false, WQ>(p, s);
-    return launch_gemm<128, 128, 128, 2, 4, 3, false, false, WQ>(p, s);
+    // Warpgroup products on 128 x 128 tiles, each slice decoded once into bf16 shared memory.
+    return launch_gemm<128, 128, 128, 8, 1, 3, false, true, WQ>(p, s);
   } else if (per_tile <= 16) {
     // Launches of at most 16 rows read each weight once: an L2 evict_first policy keeps them
     // from displacing what is reused (activations, partial sums, the KV rows, the next products'

@@ -50,6 +50,9 @@ __device__ inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, ui
 // points at row 0's element k0 (the tile + 2 k0 bytes; the hardware applies the swizzle to the
 // address it forms); the atoms 1024 bytes apart (its stride field; the leading one unused).
 __device__ __forceinline__ int sw128_at(int r, int ch) { return r * 64 + ((ch ^ (r & 7)) << 3); }
+// A tile of `rows` rows and more than 64 k values: one such tile per 64 k, one after another
+// (chunk ch of row r: tile ch / 8).
+__device__ __forceinline__ int sw128_tile_at(int r, int ch, int rows) { return (ch >> 3) * rows * 64 + sw128_at(r, ch & 7); }
 __device__ __forceinline__ uint64_t wgmma_desc_sw128(const void* smem) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   return static_cast<uint64_t>((s >> 4) & 0x3FFF) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);

@@ -74,7 +74,7 @@ void add_stored_linear(std::vector<OpCase>& t) {
       int64_t m, n, k;
     };
     for (const D& d : {D{1, 256, 1280}, D{5, 192, 512}, D{16, 128, 2304}, D{3, 96, 96}, D{40, 128, 1024},
-                       D{200, 256, 640}, D{256, 128, 512}, D{700, 192, 256}, D{300, 64, 160}}) {
+                       D{200, 256, 640}, D{256, 128, 512}, D{700, 192, 256}, D{700, 192, 1024}, D{300, 64, 160}}) {
       t.push_back({.family = "linear",
                    .name = std::string("stored_matmul_") + format_name(fmt) + "_m" + str(d.m) + "_k" + str(d.k),
                    .shape = "[" + str(d.m) + " x " + str(d.k) + "] x [" + str(d.n) + " x " + str(d.k) + "]",
