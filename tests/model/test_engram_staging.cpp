@@ -4,7 +4,8 @@
 // and under bounded replay with an Engram layer among the late layers; a step's block gives
 // every layer the table's rows for its hash ids (padding rows: row 0); staged blocks dequantise
 // to the table's rows; random tables made on the host are the bytes of those made in the
-// backend's memory; the memory plan counts host tables as host.
+// backend's memory; the memory plan counts host tables as host; a token's active weight bytes
+// count the table rows it reads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -191,6 +192,25 @@ TEST(EngramStaging, ReplayRestagesTheTailsRows) {
         const std::vector<float> got = last(device, staged, split);
         EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
       }
+}
+
+// A decode token reads (N-1) x heads rows of each Engram table, not the table: the weight bytes
+// a token reads do not depend on the tables' sizes (full-q's, and tables of exactly that many
+// rows, which a token reads whole).
+TEST(EngramStaging, ActiveBytesCountTheRowsATokenReads) {
+  const loader::ModelConfig c = loader::load_config(fixture("full-q") + "/config.json");
+  loader::ModelConfig small = c;
+  const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+  for (int64_t& rows : small.engram_num_embeddings) rows = cols;
+  const model::Weights w = model::random_weights(c, 1), ws = model::random_weights(small, 1);
+  int64_t tables = 0, tables_small = 0;
+  for (int64_t l : c.engram_layer_ids) {
+    tables += kernels::weight_bytes(w.layers[static_cast<size_t>(l)].engram.table);
+    tables_small += kernels::weight_bytes(ws.layers[static_cast<size_t>(l)].engram.table);
+  }
+  ASSERT_GT(tables, tables_small);
+  EXPECT_EQ(model::active_weight_bytes(c, w), model::active_weight_bytes(small, ws));
+  EXPECT_EQ(w.stored_bytes() - ws.stored_bytes(), tables - tables_small);
 }
 
 // random_weights_on's host-memory tables, made in chunks of 32 rows, hold the bytes of the
