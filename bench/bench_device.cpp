@@ -3,15 +3,21 @@
 // replay and exact), each next to its hardware limit: bytes moved per decode step against the
 // copy bandwidth, FLOPs per prefill against the bf16 tensor-core rate. A benchmark, not a test.
 //
+// Engram layers (a config with engram_layer_ids) hash with a synthetic compressed token map
+// (token t -> t mod engram_compressed_vocab_size: the release tokenizer's map is not shipped),
+// their tables in host memory (the engine's default) or in device memory (--engram-tables).
+//
 // usage: bench_device [--config DIR] [--device cuda] [--dtype bfloat16] [--format bf16|f32]
 //                     [--context 4096] [--batches 1,64,256] [--batch-context 256] [--steps 8]
 //                     [--prompts 8] [--prompt-len 4096] [--chunk 4096] [--seed 0]
 //                     [--bandwidth 4.26e12] [--peak 790e12] [--invariant 1|0] [--graphs 1|0]
+//                     [--engram-tables host|device]
 //   batch 1 decodes at --context tokens of context; larger batches at --batch-context each.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +25,8 @@
 #include "kernels/backend.h"
 #include "loader/config.h"
 #include "model/deepseek_v41.h"
+#include "model/engram.h"
+#include "model/engram_rows.h"
 #include "model/info.h"
 #include "model/weights.h"
 #include "runner/batch_runner.h"
@@ -39,6 +47,15 @@ std::vector<int64_t> parse_list(const std::string& s) {
 }
 
 int64_t token(int64_t q, int64_t i, int64_t V) { return (q * 7919 + i * 104729 + 13) % V; }
+
+// Engram's hash state on a synthetic compressed map of the config's size (null without Engram).
+std::shared_ptr<const model::EngramHasher> synthetic_hasher(const loader::ModelConfig& c) {
+  if (c.engram_layer_ids.empty()) return nullptr;
+  const int64_t keys = c.engram_compressed_vocab_size;
+  std::vector<int32_t> map(static_cast<size_t>(c.vocab_size));
+  for (int64_t t = 0; t < c.vocab_size; ++t) map[static_cast<size_t>(t)] = static_cast<int32_t>(t % keys);
+  return std::make_shared<const model::EngramHasher>(c, std::move(map), static_cast<int32_t>(keys));
+}
 
 // Prefills sequences [0, n) of `st` to `len` tokens each, `chunk` tokens per forward, with
 // CED bounded replay (rows before the last `window` of each prompt skip the decoder layers)
@@ -79,7 +96,7 @@ int main(int argc, char** argv) {
   std::string device = "cuda", dtype = "bfloat16", format = "bf16", batches_s = "1,64,256";
   int64_t context = 4096, batch_context = 256, steps = 8, prompts = 8, prompt_len = 4096, chunk = 4096, seed = 0;
   double bandwidth = 4.26e12, peak = 790e12;
-  bool invariant = true, graphs = true;
+  bool invariant = true, graphs = true, host_tables = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--config") config_dir = v;
@@ -98,6 +115,7 @@ int main(int argc, char** argv) {
     else if (a == "--graphs") graphs = v != "0";
     else if (a == "--bandwidth") bandwidth = std::stod(v);
     else if (a == "--peak") peak = std::stod(v);
+    else if (a == "--engram-tables" && (v == "host" || v == "device")) host_tables = v == "host";
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -108,7 +126,7 @@ int main(int argc, char** argv) {
   auto be = kernels::make_backend(device, 0, dtype, invariant);
   const auto fmt = format == "bf16" ? kernels::WeightFormat::kBF16 : kernels::WeightFormat::kF32;
   auto t0 = Clock::now();
-  model::Weights w = model::random_weights(cfg, static_cast<uint64_t>(seed), be.get(), fmt);
+  model::Weights w = model::random_weights(cfg, static_cast<uint64_t>(seed), be.get(), fmt, host_tables);
   const double stored = static_cast<double>(w.stored_bytes());
   // Bytes a decode token reads as stored (K experts a layer, one embedding row), and one routed
   // expert's bytes over all layers: the bytes of a step follow from the experts it touches.
@@ -118,9 +136,21 @@ int main(int argc, char** argv) {
       for (size_t e = 0; e + 1 < v->size(); ++e) all_experts += static_cast<double>(kernels::weight_bytes((*v)[e]));
   const double expert_bytes = all_experts / static_cast<double>(std::max<int64_t>(1, cfg.n_routed_experts));
   const double embed_row = static_cast<double>(kernels::weight_bytes(w.embed)) / static_cast<double>(cfg.vocab_size);
+  // Engram: the rows a token hashes to, per layer (cols rows of its table), and the tables.
+  const int64_t cols = (cfg.engram_max_ngram_size - 1) * cfg.engram_n_heads;
+  std::vector<int64_t> engram_rows;
+  double engram_tables = 0;
+  for (int64_t l : cfg.engram_layer_ids) {
+    const model::Mat& t = w.layers[static_cast<size_t>(l)].engram.table;
+    engram_rows.push_back(cols * model::table_row_bytes(t));
+    engram_tables += static_cast<double>(kernels::weight_bytes(t));
+  }
+  double engram_row_bytes = 0;
+  for (int64_t b : engram_rows) engram_row_bytes += static_cast<double>(b);
   const double dense_bytes = static_cast<double>(model::active_weight_bytes(cfg, w)) -
-                             expert_bytes * static_cast<double>(cfg.num_experts_per_tok) - embed_row;
-  model::DeepseekV41 m(cfg, std::move(w), *be);
+                             expert_bytes * static_cast<double>(cfg.num_experts_per_tok) - embed_row - engram_row_bytes;
+  const bool tables_on_host = w.engram_tables_on_host;
+  model::DeepseekV41 m(cfg, std::move(w), *be, synthetic_hasher(cfg), model::ModelOptions{.engram_tables_on_host = host_tables});
   runner::BatchRunner batches(m);
   batches.set_graphs(graphs);
   be->synchronize();
@@ -128,10 +158,27 @@ int main(int argc, char** argv) {
               config_dir.c_str(), static_cast<double>(pc.total()) / 1e9, static_cast<double>(pc.active_per_token(cfg)) / 1e9,
               stored / 1e9, cfg.quantization.present ? "release formats" : format.c_str(), since(t0), device.c_str(), dtype.c_str(), invariant ? "on" : "off", batches.graphs() ? "on" : "off");
   std::printf("limits: %.2f TB/s memory bandwidth, %.0f TFLOP/s matmul peak\n", bandwidth / 1e12, peak / 1e12);
+  if (!engram_rows.empty()) {
+    // Per token: each layer's rows (from the table in device memory, or packed on the host and
+    // copied with the step's block) and the gathers' row ids (8 bytes a row; one set shared by
+    // the layers with host tables).
+    const int64_t L = static_cast<int64_t>(engram_rows.size());
+    const int64_t ids = 8 * cols * (tables_on_host ? 1 : L);
+    std::string per_layer;
+    for (size_t j = 0; j < engram_rows.size(); ++j)
+      per_layer += (j ? ", layer " : "layer ") + std::to_string(cfg.engram_layer_ids[j]) + " " + std::to_string(engram_rows[j]) + " B";
+    std::printf("engram: tables %.2f GB in %s memory; rows per token: %s (%lld rows x %lld B each), %.0f B in all; "
+                "host to device per token: %.0f B (%s%lld B of row ids)\n",
+                engram_tables / 1e9, be->host_memory() ? "the CPU backend's" : tables_on_host ? "host" : "device", per_layer.c_str(), static_cast<long long>(cols),
+                static_cast<long long>(engram_rows[0] / cols), engram_row_bytes,
+                (tables_on_host ? engram_row_bytes : 0.0) + static_cast<double>(ids), tables_on_host ? "the rows and " : "",
+                static_cast<long long>(ids));
+  }
 
   // Bytes one decode step reads: the non-expert weights once, each expert some token routes
-  // to once (expected count under uniform routing), the embedding rows, and every sequence's
-  // state (window rings, compressed KV and indexer keys, read as stored); weights as stored.
+  // to once (expected count under uniform routing), the embedding and Engram rows, and every
+  // sequence's state (window rings, compressed KV and indexer keys, read as stored); weights as
+  // stored.
   const model::StateBytes sb = model::state_bytes(cfg);
   for (int64_t B : parse_list(batches_s)) {
     const int64_t ctx = B == 1 ? context : batch_context;
@@ -162,7 +209,8 @@ int main(int argc, char** argv) {
     const double E = static_cast<double>(cfg.n_routed_experts), K = static_cast<double>(cfg.num_experts_per_tok);
     const double touched = E * (1.0 - std::pow(1.0 - K / E, static_cast<double>(B)));
     const double bytes = dense_bytes + touched * expert_bytes +
-                         static_cast<double>(B) * (embed_row + sb.fixed_stored + sb.per_token_stored * static_cast<double>(ctx));
+                         static_cast<double>(B) *
+                             (embed_row + engram_row_bytes + sb.fixed_stored + sb.per_token_stored * static_cast<double>(ctx));
     std::printf("decode batch %4lld, context %5lld: median step %8.2f ms (min %.2f) = %8.1f tokens/s; %.2f GB per step "
                 "(%.1f experts touched) -> %.0f GB/s = %.1f%% of bandwidth (roofline step %.2f ms); prefill of the contexts %.1f s\n",
                 static_cast<long long>(B), static_cast<long long>(ctx), t * 1e3, times.front() * 1e3,

@@ -3,7 +3,7 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, lab, release, sweep, ab, engine, profile, kernels, trace, detail, check, probe, baseline,
+#   stages: test (default), bench, lab, release, engram, sweep, ab, engine, profile, kernels, trace, detail, check, probe, baseline,
 #   all (all but baseline, kernels, trace, detail and probe);
 #   BENCH_ARGS are passed to bench/bench_device (also under sweep, once per setting of SWEEP),
 #   TRACE_ARGS to it under the trace, LAB_ARGS to bench/bench_cuda_ops under lab (e.g. "--lab --family linear")
@@ -75,6 +75,18 @@ for stage in $STAGES; do
       ./build/cuda/bench/bench_cuda_ops --lab --family linear >> "$R" 2>&1
       echo "== bench_device, release formats, 40 layers, 128 experts" >> "$R"
       ./build/cuda/bench/bench_device --config bench/configs/v41-flash-l40-e128 --batches 1,64,256 --prompts 8 --steps 8 >> "$R" 2>&1
+      ;;
+    engram)
+      # Engram tables in host memory against device memory: bench_device on the release config
+      # with its two Engram layers (bench/configs/v41-flash-l40-e128-engram, 5.1 GB of tables),
+      # one placement after the other on the same machine; ENGRAM_ARGS are added to both.
+      for place in host device; do
+        echo "== bench_device, release formats, 40 layers, Engram tables in $place memory ${ENGRAM_ARGS:-}" >> "$R"
+        # shellcheck disable=SC2086
+        ./build/cuda/bench/bench_device --config bench/configs/v41-flash-l40-e128-engram --engram-tables $place \
+          --batches 1,64,256 --prompts 4 --steps 8 ${ENGRAM_ARGS:-} >> "$R" 2>&1
+        echo "bench_device exit $?" >> "$R"
+      done
       ;;
     sweep)
       # bench_device once per setting of SWEEP: settings separated by ';', each a list of

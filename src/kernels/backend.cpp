@@ -28,6 +28,12 @@ void Backend::upload_batch(const UploadItem* items, int64_t n) {
   copy_batch({.descs = d.data(), .n = nc, .max_bytes = max_bytes});
 }
 
+void Backend::upload_ahead(void* dst, int64_t bytes, const std::function<void(uint8_t*)>& fill) {
+  std::vector<uint8_t> h(static_cast<size_t>(std::max<int64_t>(bytes, 0)));
+  fill(h.data());
+  upload(dst, h.data(), bytes);
+}
+
 void Backend::grouped_matmul(const GroupedMatmulArgs& a) {
   DI_CHECK(!a.w2 == !a.y2, "grouped matmul: a second product needs both w2 and y2");
   if (a.x_rows) {  // the gather first, then the product of the gathered rows

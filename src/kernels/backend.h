@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -518,6 +519,13 @@ class Backend {
   // not overlap each other or the uploads'. By default: upload per host item, then one
   // copy_batch.
   virtual void upload_batch(const UploadItem* items, int64_t n);
+  // An upload of `bytes` that `fill` writes into host memory the backend provides (pinned on
+  // CUDA: packed in place, copied once), which may run alongside the ops issued after it: the
+  // copy starts once the ops issued before it are done (dst may be in use until then), and
+  // the ops issued after await_uploads() see its bytes (synchronize() implies it). By default:
+  // fill a host array, then upload.
+  virtual void upload_ahead(void* dst, int64_t bytes, const std::function<void(uint8_t*)>& fill);
+  virtual void await_uploads() {}
   virtual void download(void* dst, const void* src, int64_t bytes) = 0;  // backend -> host
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;      // backend -> backend, no overlap
   virtual void zero(void* p, int64_t bytes) = 0;
@@ -591,8 +599,8 @@ class Backend {
   // they read must be at the same addresses (and refreshed in place) at every replay. Memory
   // allocated during a capture comes from `pool`, is the graph's for good (a replay writes to
   // it) and is shared by every graph of the pool: a pool's graphs must never be in flight
-  // together. Uploads, downloads, synchronising, and releasing memory allocated outside the
-  // capture are not allowed during one (the backend aborts, naming the call).
+  // together. Uploads, downloads, await_uploads, synchronising, and releasing memory allocated
+  // outside the capture are not allowed during one (the backend aborts, naming the call).
   virtual bool graphs() const { return false; }
   virtual int64_t new_graph_pool() { return -1; }
   virtual void begin_capture(int64_t /*pool*/) {}

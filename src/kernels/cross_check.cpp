@@ -34,6 +34,12 @@ class Forwarding : public Backend {
     std::vector<UploadItem> v(items, items + n);
     around("upload", [this, v] { d_->upload_batch(v.data(), static_cast<int64_t>(v.size())); });
   }
+  void upload_ahead(void* dst, int64_t b, const std::function<void(uint8_t*)>& fill) override {
+    around("upload", [this, dst, b, fill] { d_->upload_ahead(dst, b, fill); });
+  }
+  void await_uploads() override {
+    around("await_uploads", [this] { d_->await_uploads(); });
+  }
   void download(void* dst, const void* src, int64_t b) override {
     around("download", [this, dst, src, b] { d_->download(dst, src, b); });
   }
@@ -272,8 +278,8 @@ class CrossCheck final : public Forwarding {
 // Graphs on a backend without them (`cpu-graphs`): a capture records each op, its arguments
 // copied, instead of running it; a replay runs the records in order. The CUDA backend's rules
 // hold and are enforced the same way: memory allocated while capturing is the pool's until the
-// pool is freed (releasing it is a no-op), and uploads, downloads, synchronising or releasing
-// memory from outside the capture abort. So the model's use of graphs (row buckets, padding,
+// pool is freed (releasing it is a no-op), and uploads, downloads, awaiting uploads,
+// synchronising or releasing memory from outside the capture abort. So the model's use of graphs (row buckets, padding,
 // buffers that must keep their addresses) is tested where there is no GPU.
 class EmulatedGraphs final : public Forwarding {
  public:
@@ -332,7 +338,7 @@ class EmulatedGraphs final : public Forwarding {
  private:
   void around(const char* op, const std::function<void()>& f) override {
     if (capturing_ < 0) return f();
-    if (!std::strcmp(op, "upload") || !std::strcmp(op, "download")) refuse(op);
+    if (!std::strcmp(op, "upload") || !std::strcmp(op, "download") || !std::strcmp(op, "await_uploads")) refuse(op);
     recording_.push_back(f);
   }
   [[noreturn]] static void refuse(const char* what) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <string>
 
 #include "core/error.h"
@@ -38,8 +39,11 @@ DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::B
   // they stay in host memory).
   if (!be_.host_memory()) upload_weights(cfg_, w_, be_, options.engram_tables_on_host);
   engram_staged_ = be_.host_memory() ? options.stage_engram_rows : w_.engram_tables_on_host;
-  if (engram_staged_)  // a format whose rows can be staged (Error otherwise), checked before any step
-    for (int64_t l : cfg_.engram_layer_ids) table_row_bytes(w_.layers[static_cast<size_t>(l)].engram.table);
+  for (int64_t l : cfg_.engram_layer_ids) {
+    engram_tables_.push_back(w_.layers[static_cast<size_t>(l)].engram.table);
+    // A format whose rows can be staged (Error otherwise), checked before any step.
+    if (engram_staged_) table_row_bytes(engram_tables_.back());
+  }
 }
 
 DeepseekV41::~DeepseekV41() = default;
@@ -98,17 +102,21 @@ void DeepseekV41::embed(ForwardBatch& b, kernels::Uploads& up) {
 }
 
 std::vector<Stage> DeepseekV41::layer_program(ForwardBatch& b) {
-  // Per layer: Engram (eager: host hashes), the attention's inputs (graphable), the attention
-  // (eager: per-sequence caches), its output and the FFN (graphable). Under bounded replay the
-  // late layers start by keeping only the tails' rows. A layer without rows left does nothing.
+  // Per layer: Engram (graphable: its rows sent ahead), the attention's inputs (graphable), the
+  // attention (eager: per-sequence caches), its output and the FFN (graphable). Under bounded
+  // replay the late layers start by keeping only the tails' rows. A layer without rows left
+  // does nothing.
   std::vector<Stage> p;
   const int64_t late = late_layer_start();
+  size_t first_engram = 0;  // 1 + the index of the first Engram stage (0: none)
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     if (l == late && b.any_replay) p.push_back({.run = [this, &b] { compact_to_tail(b); }});
-    if (w_.layers[static_cast<size_t>(l)].has_engram)
-      p.push_back({.run = [this, &b, l] {
-        if (b.n > 0) engram(l, b);
-      }});
+    if (w_.layers[static_cast<size_t>(l)].has_engram) {
+      if (!first_engram) first_engram = p.size() + 1;
+      p.push_back({.graphable = true, .run = [this, &b, l] {
+                     if (b.n > 0) engram(l, b);
+                   }});
+    }
     p.push_back({.graphable = true,
                  .prepare = [this, &b, l] {
                    if (b.n > 0) size_layer(l, b);
@@ -126,7 +134,25 @@ std::vector<Stage> DeepseekV41::layer_program(ForwardBatch& b) {
                    if (b.n > 0) attention_out_and_ffn(l, b);
                  }});
   }
+  if (first_engram) {
+    // The step's Engram rows are packed on the host while the first graph runs (at the first
+    // eager stage) and copied while the layers before the first Engram layer run; the compute
+    // stream waits for the copy after the last eager stage before that layer. Both stages sit
+    // beside eager ones, so the graphs are not split further.
+    const auto eager = [&](size_t i) { return !p[i].graphable; };
+    size_t wait = first_engram - 1, send = 0;
+    while (wait > 0 && !eager(wait - 1)) --wait;
+    while (send < wait && !eager(send)) ++send;
+    p.insert(p.begin() + static_cast<std::ptrdiff_t>(wait), Stage{.run = [this] { be_.await_uploads(); }});
+    p.insert(p.begin() + static_cast<std::ptrdiff_t>(send), Stage{.run = [this, &b] { stage_engram(b); }});
+  }
   return p;
+}
+
+void DeepseekV41::stage_engram(ForwardBatch& b) {
+  const EngramStep step(engram_tables_, engram_staged_, engram_->n_cols(), b.n_pad);
+  b.engram.resize(step.bytes());
+  be_.upload_ahead(b.engram.data(), step.bytes(), [&](uint8_t* out) { step.pack(b.hash_ids.data(), b.n, out); });
 }
 
 void DeepseekV41::size_layer(int64_t l, ForwardBatch& b) {

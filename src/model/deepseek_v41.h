@@ -112,8 +112,12 @@ class DeepseekV41 {
   void compact_to_tail(ForwardBatch& b);
   // The FFN's MoE of xn into y, then `expand` (the streams expanded with y).
   void moe(int64_t layer, const float* xn, int64_t rows, float* y, const kernels::HcExpandArgs& expand);
-  // Engram's gated n-gram rows into the streams b.X (b.hash_ids: host [n, engram layers, cols]).
+  // Engram's gated n-gram rows into the streams b.X, from the step's block b.engram (graphable).
   void engram(int64_t layer, ForwardBatch& b);
+  // Packs the block of every Engram layer's rows for b.hash_ids into b.engram (EngramStep) and
+  // sends it ahead (Backend::upload_ahead); the stage that awaits it comes before the first
+  // Engram stage.
+  void stage_engram(ForwardBatch& b);
   void rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_dim, const float* cos, const float* sin, bool inverse);
   // read_rows in two steps: its descriptors into a Staged (packed caches per stored format;
   // float ones as copies, which Staged::upload makes), then, once uploaded, the dequantisations.
@@ -149,6 +153,7 @@ class DeepseekV41 {
   RopeTable rope_main_, rope_compress_;
   std::shared_ptr<const EngramHasher> engram_;
   std::vector<kernels::Buf<float>> engram_qk_;  // per engram layer: q_weight * k_weight [hc, D]
+  std::vector<kernels::WeightView> engram_tables_;  // per engram layer: its table, where it is read
   bool engram_staged_ = false;  // Engram tables in host memory, read through staged rows
 };
 

@@ -40,9 +40,9 @@ struct Published {
 
 struct ForwardBatch {
   explicit ForwardBatch(kernels::Backend& b)
-      : be(&b), d_pos(b), d_tok(b), cos_main(b), sin_main(b), cos_comp(b), sin_comp(b), X(b), pre(b), a_pre(b), a_post(b),
-        a_comb(b), f_post(b), f_comb(b), xc(b), xn(b), y(b), q(b), kv(b), ckv(b), cgate(b), iq(b), iw(b), o(b), kv_codes(b),
-        kv_scales(b) {}
+      : be(&b), d_pos(b), d_tok(b), cos_main(b), sin_main(b), cos_comp(b), sin_comp(b), engram(b), X(b), pre(b), a_pre(b),
+        a_post(b), a_comb(b), f_post(b), f_comb(b), xc(b), xn(b), y(b), q(b), kv(b), ckv(b), cgate(b), iq(b), iw(b), o(b),
+        kv_codes(b), kv_scales(b) {}
   ForwardBatch(const ForwardBatch&) = delete;
   ForwardBatch& operator=(const ForwardBatch&) = delete;
   kernels::Backend* be;
@@ -65,6 +65,7 @@ struct ForwardBatch {
   std::vector<Published> published;     // per sequence
   std::vector<int64_t> hash_ids;        // host [n, engram layers, cols] Engram hash ids
   int64_t hash_w = 0;                   // engram layers * cols
+  kernels::Buf<uint8_t> engram;         // every Engram layer's row ids (and staged rows) for n_pad rows
   // Activations, [n_pad, ...]: streams and mixes, then the attention's inputs and output.
   kernels::Buf<float> X, pre, a_pre, a_post, a_comb, f_post, f_comb, xc, xn, y;
   kernels::Buf<float> q, kv, ckv, cgate, iq, iw, o;

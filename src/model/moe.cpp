@@ -69,40 +69,20 @@ void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y, const ker
 }
 
 void DeepseekV41::engram(int64_t l, ForwardBatch& b) {
-  const std::vector<int64_t>& hash_ids = b.hash_ids;
-  float* X = b.X.data();
   const auto& c = cfg_;
   const size_t j = static_cast<size_t>(std::find(c.engram_layer_ids.begin(), c.engram_layer_ids.end(), l) -
                                        c.engram_layer_ids.begin());
   const EngramWeights& e = w_.layers[static_cast<size_t>(l)].engram;
-  const int64_t n = b.n, L = engram_->n_layers(), cols = engram_->n_cols(), hd = c.engram_head_dim;
-  const int64_t D = c.hidden_size, hc = c.hc_mult;
-  // Gather the hashed rows [n, cols * hd], project to hc keys + one value, gate into the streams.
-  std::vector<int64_t> ids(static_cast<size_t>(n * cols));
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t k = 0; k < cols; ++k) {
-      const int64_t row = hash_ids[static_cast<size_t>((i * L + static_cast<int64_t>(j)) * cols + k)];
-      DI_CHECK(row >= 0 && row < e.table.rows, "engram hash id out of the table");
-      ids[static_cast<size_t>(i * cols + k)] = row;
-    }
-  // Host tables: the step's rows packed on the host and uploaded; the device reads the block's
-  // rows in order.
-  kernels::WeightView table = e.table;
-  kernels::Buf<uint8_t> staged(be_);
-  if (engram_staged_) {
-    std::vector<uint8_t> host;
-    stage_table_rows(e.table, ids.data(), n * cols, host);
-    staged.upload(host);
-    table = staged_view(e.table, n * cols, staged.data());
-    for (int64_t i = 0; i < n * cols; ++i) ids[static_cast<size_t>(i)] = i;
-  }
-  kernels::Buf<int64_t> d_ids(be_);
-  d_ids.upload(ids);
-  // Float rows, or FP8 rows times their power-of-two scales (exact in float).
+  const int64_t n = b.n_pad, cols = engram_->n_cols(), hd = c.engram_head_dim, D = c.hidden_size, hc = c.hc_mult;
+  // Gather the hashed rows [n, cols * hd] (from the table, or from the step's staged rows: the
+  // block stage_engram sent), project to hc keys + one value, gate into the streams. Float
+  // rows, or FP8 rows times their power-of-two scales (exact in float).
+  const EngramStep step(engram_tables_, engram_staged_, cols, n);
   kernels::Buf<float> rows(be_, n * cols * hd), kv(be_, n * (hc + 1) * D);
-  be_.gather_weight_rows({.w = table, .ids = d_ids.data(), .out = rows.data(), .rows = n * cols});
+  be_.gather_weight_rows({.w = step.table(j, b.engram.data()), .ids = step.ids(j, b.engram.data()), .out = rows.data(),
+                          .rows = n * cols});
   linear(rows.data(), n, e.wkv, kv.data());
-  be_.engram_gate({.x = X, .kv = kv.data(), .w = engram_qk_[j].data(), .rows = n, .hc = hc, .dim = D,
+  be_.engram_gate({.x = b.X.data(), .kv = kv.data(), .w = engram_qk_[j].data(), .rows = n, .hc = hc, .dim = D,
                    .eps = static_cast<float>(c.rms_norm_eps)});
 }
 

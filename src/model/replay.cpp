@@ -52,6 +52,12 @@ void DeepseekV41::compact_to_tail(ForwardBatch& b) {
   kernels::Uploads up(be_);
   b.set_positions(rope_main_, rope_compress_, up);
   up.send();
+  // The tails' Engram rows for the Engram layers still to run, in place of the step's.
+  const auto& el = cfg_.engram_layer_ids;
+  if (std::any_of(el.begin(), el.end(), [&](int64_t l) { return l >= late_layer_start(); })) {
+    stage_engram(b);
+    be_.await_uploads();
+  }
 }
 
 }  // namespace deepinfer::model

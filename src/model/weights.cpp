@@ -534,12 +534,20 @@ void convert_matmul_weights(const ModelConfig& c, Weights& w, kernels::WeightFor
 
 int64_t active_weight_bytes(const ModelConfig& c, const Weights& w) {
   int64_t experts = 0;  // the routed ones (the shared expert, last, is always active)
-  for (const auto& L : w.layers)
+  int64_t tables = 0, table_rows = 0;  // Engram tables, and the rows of them a token reads
+  const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+  for (const auto& L : w.layers) {
     for (const auto* v : {&L.ffn.w1, &L.ffn.w2, &L.ffn.w3})
       for (size_t e = 0; e + 1 < v->size(); ++e) experts += kernels::weight_bytes((*v)[e]);
+    if (L.has_engram && L.engram.table) {
+      const int64_t b = kernels::weight_bytes(L.engram.table);
+      tables += b;
+      table_rows += b / std::max<int64_t>(1, L.engram.table.rows) * cols;
+    }
+  }
   const int64_t embed = kernels::weight_bytes(w.embed);
   return w.stored_bytes() - experts + experts / std::max<int64_t>(1, c.n_routed_experts) * c.num_experts_per_tok - embed +
-         embed / std::max<int64_t>(1, c.vocab_size);
+         embed / std::max<int64_t>(1, c.vocab_size) - tables + table_rows;
 }
 
 std::vector<loader::TensorToWrite> export_tensors(const ModelConfig& c, Weights& w) {

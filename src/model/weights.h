@@ -171,8 +171,8 @@ bool is_engram_table(const std::string& name);
 void dequantize_all(const loader::ModelConfig& c, Weights& w);
 // Converts every matrix the forward reads through matmul to `fmt` (e.g. bf16 for a benchmark).
 void convert_matmul_weights(const loader::ModelConfig& c, Weights& w, kernels::WeightFormat fmt);
-// Bytes of weights one decode token reads: everything but the routed experts it does not use
-// and all embedding rows but one.
+// Bytes of weights one decode token reads: everything but the routed experts it does not use,
+// all embedding rows but one, and all Engram table rows but the (N-1) x heads it hashes to.
 int64_t active_weight_bytes(const loader::ModelConfig& c, const Weights& w);
 
 // Every tensor under its canonical (release) name in its stored format (with `.scale`

@@ -119,4 +119,44 @@ TEST(CudaMemory, RoundTrip) {
   gpu->synchronize();
 }
 
+// upload_ahead: packed into pinned host memory, copied once the compute stream has reached the
+// call (so ops queued before it, here a busy stream then a copy into the same buffer, finish
+// first), seen by the ops issued after await_uploads; several before one await; download
+// (a synchronize) implies the await.
+TEST(CudaMemory, UploadAheadKeepsStreamOrder) {
+  auto gpu = make_cuda_backend(0);
+  const int64_t n = 4096, big = int64_t{16} << 20;
+  auto* x = static_cast<float*>(gpu->alloc(n * 4));
+  auto* y = static_cast<float*>(gpu->alloc(n * 4));
+  auto* busy = static_cast<float*>(gpu->alloc(big * 4));
+  const std::vector<float> vy = randn(static_cast<size_t>(n), 90), v = randn(static_cast<size_t>(n), 91);
+  gpu->upload(y, vy.data(), n * 4);
+  gpu->zero(busy, big * 4);
+  gpu->synchronize();
+  for (int i = 0; i < 40; ++i) gpu->scale({.x = busy, .n = big, .s = 1.5f});
+  gpu->copy(x, y, n * 4);
+  bool pinned = false;
+  gpu->upload_ahead(x, n * 4, [&](uint8_t* out) {
+    cudaPointerAttributes a{};
+    pinned = cudaPointerGetAttributes(&a, out) == cudaSuccess && a.type == cudaMemoryTypeHost;
+    std::memcpy(out, v.data(), static_cast<size_t>(n) * 4);
+  });
+  EXPECT_TRUE(pinned);
+  gpu->await_uploads();
+  gpu->scale({.x = x, .n = n, .s = 2.0f});
+  std::vector<float> expect(static_cast<size_t>(n)), back(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) expect[static_cast<size_t>(i)] = v[static_cast<size_t>(i)] * 2.0f;
+  gpu->download(back.data(), x, n * 4);
+  EXPECT_TRUE(same_bits(expect, back));
+
+  // Two halves ahead, no await: the download sees both.
+  for (int i = 0; i < 40; ++i) gpu->scale({.x = busy, .n = big, .s = 1.5f});
+  gpu->copy(x, y, n * 4);
+  for (int64_t h = 0; h < 2; ++h)
+    gpu->upload_ahead(x + h * n / 2, n * 2, [&](uint8_t* out) { std::memcpy(out, v.data() + h * n / 2, static_cast<size_t>(n) * 2); });
+  gpu->download(back.data(), x, n * 4);
+  EXPECT_TRUE(same_bits(v, back));
+  for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(busy)}) gpu->release(p);
+}
+
 }  // namespace

@@ -4,6 +4,7 @@
 // message naming it (the CUDA backend enforces the same rules on the device).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -46,6 +47,18 @@ TEST(Graphs, WhatACaptureMustNotDoAborts) {
         be->upload(outside.data(), h.data(), 16);
       },
       "upload is not allowed");
+  EXPECT_DEATH(
+      {
+        be->begin_capture(pool);
+        be->upload_ahead(outside.data(), 16, [](uint8_t* out) { std::memset(out, 0, 16); });
+      },
+      "upload is not allowed");
+  EXPECT_DEATH(
+      {
+        be->begin_capture(pool);
+        be->await_uploads();
+      },
+      "await_uploads is not allowed");
   EXPECT_DEATH(
       {
         be->begin_capture(pool);

@@ -1,11 +1,18 @@
 // Engram tables in host memory (model/engram_rows.h): the staged-rows path, forced on the CPU
 // backend, gives the logits of the in-place tables bitwise on every Engram fixture, in one chunk
-// and in several; staged blocks dequantise to the table's rows; random tables made on the host
-// are the bytes of those made in the backend's memory; the memory plan counts host tables as host.
+// and in several, with graphs emulated too (the Engram stage captured, its block sent ahead)
+// and under bounded replay with an Engram layer among the late layers; a step's block gives
+// every layer the table's rows for its hash ids (padding rows: row 0); staged blocks dequantise
+// to the table's rows; random tables made on the host are the bytes of those made in the
+// backend's memory; the memory plan counts host tables as host; a token's active weight bytes
+// count the table rows it reads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,8 +34,8 @@ namespace {
 std::string fixture(const std::string& n) { return std::string(DEEPINFER_TEST_DATA) + "/v41/" + n; }
 
 // All logits of the fixture's golden tokens fed in `chunk`-token chunks.
-std::vector<float> logits(const std::string& name, bool staged, int64_t chunk) {
-  auto be = kernels::make_cpu_backend(2);
+std::vector<float> logits(const std::string& name, bool staged, int64_t chunk, const std::string& device = "cpu") {
+  auto be = kernels::make_backend(device, 2);
   auto ck = loader::Checkpoint::open(fixture(name));
   auto tok = tokenizer::Tokenizer::load(fixture(name));
   auto hasher = engine::make_engram_hasher(ck->config(), tok.get(), fixture(name));
@@ -47,12 +54,20 @@ std::vector<float> logits(const std::string& name, bool staged, int64_t chunk) {
 
 class EngramStaging : public ::testing::TestWithParam<std::string> {};
 
+// cpu-graphs: chunks of 7 run in the 8-row bucket (a padding row), captured on the second
+// chunk and replayed after; its logits are the plain CPU's.
 TEST_P(EngramStaging, StagedRowsGiveTheInPlaceLogitsBitwise) {
   for (int64_t chunk : {int64_t{1} << 30, int64_t{7}}) {
     SCOPED_TRACE("chunk " + std::to_string(chunk));
-    const std::vector<float> direct = logits(GetParam(), false, chunk), staged = logits(GetParam(), true, chunk);
-    ASSERT_EQ(direct.size(), staged.size());
-    EXPECT_EQ(std::memcmp(direct.data(), staged.data(), direct.size() * sizeof(float)), 0);
+    const std::vector<float> direct = logits(GetParam(), false, chunk);
+    for (const char* device : {"cpu", "cpu-graphs"}) {
+      SCOPED_TRACE(device);
+      const std::vector<float> in_place = logits(GetParam(), false, chunk, device), staged = logits(GetParam(), true, chunk, device);
+      ASSERT_EQ(direct.size(), staged.size());
+      ASSERT_EQ(direct.size(), in_place.size());
+      EXPECT_EQ(std::memcmp(direct.data(), staged.data(), direct.size() * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(direct.data(), in_place.data(), direct.size() * sizeof(float)), 0);
+    }
   }
 }
 
@@ -82,6 +97,120 @@ TEST(EngramStaging, StagedBlockIsTheGatheredRows) {
     be->gather_weight_rows({.w = v, .ids = order.data(), .out = got.data(), .rows = n});
     EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
   }
+}
+
+// A step's block: for n rows padded to n_pad, layer j's gather (ids(j), table(j)) reads the
+// table's rows for its hash ids, and row 0 for the padding rows; in place the ids are the hash
+// ids themselves, staged they name the block's rows in order. A hash id past a table aborts.
+TEST(EngramStaging, StepBlockGivesEveryLayerItsRows) {
+  auto be = kernels::make_cpu_backend(1);
+  for (const char* name : {"full", "full-q"}) {
+    SCOPED_TRACE(name);
+    auto ck = loader::Checkpoint::open(fixture(name));
+    const loader::ModelConfig& c = ck->config();
+    const model::Weights w = model::load_weights(*ck);
+    std::vector<kernels::WeightView> tables;
+    for (int64_t l : c.engram_layer_ids) tables.push_back(w.layers[static_cast<size_t>(l)].engram.table);
+    const int64_t L = static_cast<int64_t>(tables.size()), cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+    const int64_t n = 5, n_pad = 8, hd = c.engram_head_dim;
+    ASSERT_GE(L, 2);
+    std::vector<int64_t> hash(static_cast<size_t>(n * L * cols));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < L; ++j)
+        for (int64_t k = 0; k < cols; ++k) {
+          const int64_t rows = tables[static_cast<size_t>(j)].rows;
+          hash[static_cast<size_t>((i * L + j) * cols + k)] = i == 0 && k == 0 ? rows - 1 : (i * 131 + j * 17 + k * 7 + 1) % rows;
+        }
+    for (bool staged : {false, true}) {
+      SCOPED_TRACE(staged ? "staged" : "in place");
+      const model::EngramStep step(tables, staged, cols, n_pad);
+      std::vector<uint8_t> block(static_cast<size_t>(step.bytes()));
+      step.pack(hash.data(), n, block.data());
+      for (int64_t j = 0; j < L; ++j) {
+        const kernels::WeightView t = tables[static_cast<size_t>(j)];
+        std::vector<int64_t> want_ids(static_cast<size_t>(n_pad * cols), 0);
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t k = 0; k < cols; ++k)
+            want_ids[static_cast<size_t>(i * cols + k)] = hash[static_cast<size_t>((i * L + j) * cols + k)];
+        std::vector<float> want(static_cast<size_t>(n_pad * cols * hd)), got(want.size(), -1.0f);
+        be->gather_weight_rows({.w = t, .ids = want_ids.data(), .out = want.data(), .rows = n_pad * cols});
+        const kernels::WeightView v = step.table(static_cast<size_t>(j), block.data());
+        const int64_t* ids = step.ids(static_cast<size_t>(j), block.data());
+        EXPECT_EQ(v.format, t.format);
+        if (staged) {
+          EXPECT_EQ(v.rows, n_pad * cols);
+          for (int64_t r = 0; r < n_pad * cols; ++r) ASSERT_EQ(ids[r], r);
+        } else {
+          EXPECT_EQ(v.data, t.data);
+          EXPECT_EQ(std::vector<int64_t>(ids, ids + n_pad * cols), want_ids);
+        }
+        be->gather_weight_rows({.w = v, .ids = ids, .out = got.data(), .rows = n_pad * cols});
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << "layer " << j;
+      }
+      std::vector<int64_t> bad = hash;
+      bad[static_cast<size_t>(((n - 1) * L + 1) * cols)] = tables[1].rows;
+      EXPECT_DEATH(step.pack(bad.data(), n, block.data()), "engram hash id out of the table");
+    }
+  }
+}
+
+// Bounded replay with an Engram layer among the late layers (full-q's, moved to layer 6): the
+// tails' rows are staged again after the compaction. One replayed call gives the bits of a split
+// whose first chunk ends before the tail (no compaction), staged or not, with graphs emulated.
+TEST(EngramStaging, ReplayRestagesTheTailsRows) {
+  auto tok = tokenizer::Tokenizer::load(fixture("full-q"));
+  loader::ModelConfig c = loader::load_config(fixture("full-q") + "/config.json");
+  c.engram_layer_ids.back() = c.num_hidden_layers - 2;
+  auto hasher = engine::make_engram_hasher(c, tok.get(), fixture("full-q"));
+  const std::vector<int64_t> toks = core::read_npy_ints(fixture("full-q") + "/golden/tokens.npy");
+  const int64_t n = static_cast<int64_t>(toks.size()), V = c.vocab_size, tail = n - c.sliding_window;
+  auto last = [&](const std::string& device, bool staged, const std::vector<int64_t>& split) {
+    auto be = kernels::make_backend(device, 2);
+    model::DeepseekV41 m(c, model::random_weights(c, 4), *be, hasher, model::ModelOptions{.stage_engram_rows = staged});
+    EXPECT_LT(m.late_layer_start(), c.num_hidden_layers);
+    EXPECT_GE(c.engram_layer_ids.back(), m.late_layer_start());
+    runner::BatchRunner r(m);
+    auto st = m.new_state();
+    std::vector<float> out(static_cast<size_t>(2 * V));
+    int64_t done = 0;
+    for (int64_t k : split) {
+      runner::Chunk ch{.tokens = toks.data() + done, .n = k, .state = &st,
+                       .replay_from = std::clamp<int64_t>(tail - done, 0, k), .logits = out.data()};
+      r.forward(std::span<runner::Chunk>(&ch, 1));
+      done += k;
+    }
+    r.forward(&toks[0], 1, st, out.data() + V);  // a decode step after
+    return out;
+  };
+  ASSERT_GT(tail, 0);
+  const std::vector<float> want = last("cpu", false, {n});
+  for (int64_t v : {int64_t{0}, V}) ASSERT_TRUE(std::isfinite(want[static_cast<size_t>(v)]));
+  for (const char* device : {"cpu", "cpu-graphs"})
+    for (bool staged : {false, true})
+      for (const std::vector<int64_t>& split : {std::vector<int64_t>{n}, std::vector<int64_t>{tail, n - tail}}) {
+        SCOPED_TRACE(std::string(device) + (staged ? " staged" : " in place") + " split " + std::to_string(split[0]));
+        const std::vector<float> got = last(device, staged, split);
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
+      }
+}
+
+// A decode token reads (N-1) x heads rows of each Engram table, not the table: the weight bytes
+// a token reads do not depend on the tables' sizes (full-q's, and tables of exactly that many
+// rows, which a token reads whole).
+TEST(EngramStaging, ActiveBytesCountTheRowsATokenReads) {
+  const loader::ModelConfig c = loader::load_config(fixture("full-q") + "/config.json");
+  loader::ModelConfig small = c;
+  const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+  for (int64_t& rows : small.engram_num_embeddings) rows = cols;
+  const model::Weights w = model::random_weights(c, 1), ws = model::random_weights(small, 1);
+  int64_t tables = 0, tables_small = 0;
+  for (int64_t l : c.engram_layer_ids) {
+    tables += kernels::weight_bytes(w.layers[static_cast<size_t>(l)].engram.table);
+    tables_small += kernels::weight_bytes(ws.layers[static_cast<size_t>(l)].engram.table);
+  }
+  ASSERT_GT(tables, tables_small);
+  EXPECT_EQ(model::active_weight_bytes(c, w), model::active_weight_bytes(small, ws));
+  EXPECT_EQ(w.stored_bytes() - ws.stored_bytes(), tables - tables_small);
 }
 
 // random_weights_on's host-memory tables, made in chunks of 32 rows, hold the bytes of the

@@ -96,6 +96,9 @@ class CpuBackend final : public Backend {
   }
   void release(void* p) override { ::operator delete(p, std::align_val_t(64)); }
   void upload(void* dst, const void* src, int64_t bytes) override { copy(dst, src, bytes); }
+  void upload_ahead(void* dst, int64_t, const std::function<void(uint8_t*)>& fill) override {
+    fill(static_cast<uint8_t*>(dst));
+  }
   void download(void* dst, const void* src, int64_t bytes) override { copy(dst, src, bytes); }
   void copy(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));

@@ -3,7 +3,8 @@
 // All pointers in the op args are device pointers; the runner owns device memory.
 // Memory: stream-ordered allocations (cudaMallocAsync from the device's default pool, kept
 // cached); uploads go through a pinned staging ring so the host source may be freed at once
-// and the stream is synchronised only when the ring is full.
+// and the stream is synchronised only when the ring is full; upload_ahead's copies run on a
+// second stream, which the compute stream waits for at await_uploads.
 // Settings (backend_settings.h): read when the backend is made, held here and handed to every
 // op function with the stream (cuda::Stream).
 #include <cublas_v2.h>
@@ -61,6 +62,7 @@ class CudaBackend final : public Backend {
     DI_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   }
   ~CudaBackend() override {
+    if (copy_stream_) cudaStreamSynchronize(copy_stream_);
     cudaStreamSynchronize(stream_);
     for (auto& [w, t] : tables_) release(t.dev);
     for (size_t i = 0; i < pools_.size(); ++i)
@@ -73,6 +75,11 @@ class CudaBackend final : public Backend {
     if (staging_) cudaFreeHost(staging_);
     cublasDestroy(blas_);
     cublasDestroy(blas_tc_);
+    if (copy_stream_) {
+      cudaEventDestroy(ahead_from_);
+      cudaEventDestroy(ahead_done_);
+      cudaStreamDestroy(copy_stream_);
+    }
     cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "cuda"; }
@@ -160,17 +167,7 @@ class CudaBackend final : public Backend {
     // The smallest in the launch's own parameters: no staging, no host read while it runs.
     if (cuda::inline_copy(dst, src, bytes, cstream_)) return;
     const size_t n = static_cast<size_t>(bytes);
-    if (staging_off_ + n > staging_cap_) {
-      DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      staging_off_ = 0;
-      if (n > staging_cap_) {
-        if (staging_) DI_CUDA_CHECK(cudaFreeHost(staging_));
-        staging_ = nullptr;
-        staging_cap_ = std::max(n, std::max(kStagingInitial, 2 * staging_cap_));
-        DI_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), staging_cap_));
-      }
-    }
-    uint8_t* stage = staging_ + staging_off_;
+    uint8_t* stage = stage_room(n);
     std::memcpy(stage, src, n);
     // Small uploads by a kernel reading the pinned ring: it joins the programmatic launch chain
     // (measured: batch-1 decode 6.73 -> 6.64 ms, batch 64 34.6 -> 33.9 ms, about 8 uploads per
@@ -178,7 +175,32 @@ class CudaBackend final : public Backend {
     // the host memory a byte at a time), by the copy engine.
     if (n <= kKernelUploadMax && reinterpret_cast<uintptr_t>(dst) % 16 == 0) cuda::host_copy(dst, stage, bytes, cstream_);
     else DI_CUDA_CHECK(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, stream_));
-    staging_off_ += (n + 255) & ~size_t{255};  // keep every staged copy 256-byte aligned
+  }
+  // Packed straight into the pinned ring, then copied by the copy engine on a stream of its own
+  // once the compute stream reaches this point; await_uploads puts the compute stream behind it.
+  void upload_ahead(void* dst, int64_t bytes, const std::function<void(uint8_t*)>& fill) override {
+    check_size(bytes, "upload");
+    if (capturing_) refuse("an upload");
+    if (bytes == 0) return;
+    const size_t n = static_cast<size_t>(bytes);
+    uint8_t* stage = stage_room(n);
+    fill(stage);
+    if (!copy_stream_) {
+      DI_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+      DI_CUDA_CHECK(cudaEventCreateWithFlags(&ahead_from_, cudaEventDisableTiming));
+      DI_CUDA_CHECK(cudaEventCreateWithFlags(&ahead_done_, cudaEventDisableTiming));
+    }
+    DI_CUDA_CHECK(cudaEventRecord(ahead_from_, stream_));
+    DI_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, ahead_from_, 0));
+    DI_CUDA_CHECK(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, copy_stream_));
+    DI_CUDA_CHECK(cudaEventRecord(ahead_done_, copy_stream_));
+    ahead_pending_ = true;
+  }
+  void await_uploads() override {
+    if (capturing_) refuse("waiting for an upload");
+    if (!ahead_pending_) return;
+    DI_CUDA_CHECK(cudaStreamWaitEvent(stream_, ahead_done_, 0));
+    ahead_pending_ = false;
   }
   void upload_batch(const UploadItem* items, int64_t n) override {
     if (capturing_) refuse("an upload");
@@ -509,6 +531,7 @@ class CudaBackend final : public Backend {
   void engram_gate(const EngramGateArgs& a) override { cuda::engram_gate(a, cstream_); }
   void synchronize() override {
     if (capturing_) refuse("synchronising");
+    await_uploads();  // the copy stream's uploads read the ring too
     DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
     staging_off_ = 0;  // every staged copy has completed
   }
@@ -642,6 +665,23 @@ class CudaBackend final : public Backend {
   }
   std::unordered_map<size_t, std::vector<void*>> free_;  // by class size
   std::unordered_map<void*, size_t> cached_;
+  // n bytes of the pinned ring, each staged copy 256-byte aligned. A full ring waits for every
+  // copy from it (the streams), then restarts at 0 (grown first when this one upload is larger
+  // than the whole ring).
+  uint8_t* stage_room(size_t n) {
+    if (staging_off_ + n > staging_cap_) {
+      synchronize();
+      if (n > staging_cap_) {
+        if (staging_) DI_CUDA_CHECK(cudaFreeHost(staging_));
+        staging_ = nullptr;
+        staging_cap_ = std::max(n, std::max(kStagingInitial, 2 * staging_cap_));
+        DI_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), staging_cap_));
+      }
+    }
+    uint8_t* stage = staging_ + staging_off_;
+    staging_off_ += (n + 255) & ~size_t{255};
+    return stage;
+  }
   static constexpr size_t kStagingInitial = size_t{8} << 20;  // 8 MiB, grown on demand
   static constexpr size_t kKernelUploadMax = size_t{64} << 10;  // uploads read by a kernel up to here
   static void check_size(int64_t bytes, const char* what) {
@@ -661,6 +701,10 @@ class CudaBackend final : public Backend {
   cuda::Stream cstream_;
   uint8_t* staging_ = nullptr;  // pinned host ring for uploads
   size_t staging_cap_ = 0, staging_off_ = 0;
+  // upload_ahead's copies: their stream, the compute stream's point they start from, their end.
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t ahead_from_ = nullptr, ahead_done_ = nullptr;
+  bool ahead_pending_ = false;  // an upload_ahead not awaited yet
   // The ops' temporaries from alloc / release (the cached blocks).
   struct BackendTemp final : cuda::Temp {
     explicit BackendTemp(CudaBackend& b) : be(b) {}
