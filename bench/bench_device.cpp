@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
     std::vector<model::SequenceState> st;
     for (int64_t q = 0; q < B; ++q) st.push_back(m.new_state());
     auto tp = Clock::now();
-    prefill(batches, st, ctx, std::max<int64_t>(chunk, ctx), true);
+    prefill(batches, st, ctx, chunk, true);  // --chunk tokens a forward (a long context in several)
     be->synchronize();
     const double t_fill = since(tp);
     std::vector<int64_t> step(static_cast<size_t>(B));

@@ -75,6 +75,15 @@ for stage in $STAGES; do
       ./build/cuda/bench/bench_cuda_ops --lab --family linear >> "$R" 2>&1
       echo "== bench_device, release formats, 40 layers, 128 experts" >> "$R"
       ./build/cuda/bench/bench_device --config bench/configs/v41-flash-l40-e128 --batches 1,64,256 --prompts 8 --steps 8 >> "$R" 2>&1
+      echo "== the same at batch 1, context 65536" >> "$R"
+      ./build/cuda/bench/bench_device --config bench/configs/v41-flash-l40-e128 --batches 1 --context 65536 --prompts 0 --steps 8 \
+        2>&1 | grep -E "^decode" >> "$R"
+      echo "== bench_device, bf16, 16 layers, 64 experts (v41-flash-l16-e64), for comparison" >> "$R"
+      ./build/cuda/bench/bench_device --config bench/configs/v41-flash-l16-e64 --batches 1,64,256 --prompts 8 --steps 8 \
+        2>&1 | grep -E "^model|^decode|^prefill" >> "$R"
+      echo "== the same at batch 1, context 65536" >> "$R"
+      ./build/cuda/bench/bench_device --config bench/configs/v41-flash-l16-e64 --batches 1 --context 65536 --prompts 0 --steps 8 \
+        2>&1 | grep -E "^decode" >> "$R"
       ;;
     engram)
       # Engram tables in host memory against device memory: bench_device on the release config

@@ -211,6 +211,7 @@ class CudaBackend final : public Backend {
     check_size(bytes, "download");
     if (capturing_) refuse("a download");
     if (bytes == 0) return;
+    await_uploads();  // what was sent ahead lands first
     DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
     synchronize();
   }
