@@ -227,7 +227,7 @@ for i in range(128):
       ;;
     check)
       echo "== cross-check of the discrete ops (CUDA vs the CPU on the same inputs), float32 and bf16" >> "$R"
-      for fx in ced full-q; do
+      for fx in ced full-q full-q-seed25; do
         for dt in float32 bfloat16; do
           d=tests/data/v41/$fx
           echo "$fx $dt: $(./build/cuda/deepinfer logits --model "$d" --tokens "$d/golden/tokens.npy" --device cuda-check \

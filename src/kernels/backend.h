@@ -127,6 +127,14 @@ struct NormRopeQuantArgs {
   FakeQuant kind = FakeQuant::kFp8Pow2;
 };
 
+// How far one block of a fake quantiser's input is from changing its codes: the smallest
+// distance of a value to a rounding midpoint (as a fraction of the block's amax), and of the
+// scale's input (amax / max code) to the point where its scale changes (relative). Another
+// float32 order whose results differ by less than this rounds the block identically; nearer,
+// either side is as legitimate as the other. FP8 values under amax / 16 are left out: a flip
+// there moves a value by under 1/112 of the block's amax. Infinity when nothing is near.
+double quant_margin(FakeQuant kind, const float* x, int64_t n);
+
 // Values of rows stored by FakeQuantArgs.codes/scales (exact): out [rows, dim] fp32.
 void dequant_fake_quant(FakeQuant kind, const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t dim,
                         int64_t block, float* out);
@@ -632,6 +640,8 @@ std::unique_ptr<Backend> make_cross_check_backend(std::unique_ptr<Backend> devic
 // Checked ops and disagreements a cross-check backend has seen ({-1, -1} for any other).
 struct CrossCheckCounts {
   int64_t checked = -1, disagreed = -1;
+  // The smallest quant_margin of any block the fake quantisers rounded (infinity: none near).
+  double closest_margin = std::numeric_limits<double>::infinity();
 };
 CrossCheckCounts cross_check_counts(const Backend& b);
 // Times every op kind (synchronising after each) and prints the table when destroyed

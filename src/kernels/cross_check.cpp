@@ -4,6 +4,7 @@
 // cuda-check`). Profile times every op kind (`--device cuda-profile`, `cpu-profile`).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -131,13 +132,25 @@ class Profile final : public Forwarding {
 class CrossCheck final : public Forwarding {
  public:
   CrossCheck(std::unique_ptr<Backend> dev, std::unique_ptr<Backend> cpu) : Forwarding(std::move(dev)), c_(std::move(cpu)) {}
-  ~CrossCheck() override { std::fprintf(stderr, "cross-check: %lld checked ops, %lld disagreed\n", checked_, failed_); }
+  ~CrossCheck() override {
+    std::fprintf(stderr, "cross-check: %lld checked ops, %lld disagreed\n", checked_, failed_);
+    if (closest_op_ > 0)
+      std::fprintf(stderr, "cross-check: closest quantiser input to a rounding boundary: %.3g of its block's amax (op #%lld)\n",
+                   closest_, closest_op_);
+  }
   const char* name() const override { return "cuda-check"; }
-  CrossCheckCounts counts() const { return {checked_, failed_}; }
+  CrossCheckCounts counts() const { return {checked_, failed_, closest_}; }
 
+  // The rounding of the device's inputs against the CPU's; and how near those inputs are to
+  // a rounding boundary (where another summation order may legitimately round the other way).
   void fake_quant(const FakeQuantArgs& a) override {
     const int64_t n = a.rows * a.dim;
     std::vector<float> x = get(a.x, n);
+    if (a.block > 0 && a.dim % a.block == 0)
+      for (int64_t b = 0; b < n / a.block; ++b) {
+        const double m = quant_margin(a.kind, x.data() + b * a.block, a.block);
+        if (m < closest_) closest_ = m, closest_op_ = checked_ + 1;
+      }
     d_->fake_quant(a);
     FakeQuantArgs h = a;
     h.x = x.data();
@@ -272,7 +285,8 @@ class CrossCheck final : public Forwarding {
                  static_cast<long long>(bad), static_cast<long long>(n));
   }
   std::unique_ptr<Backend> c_;
-  long long checked_ = 0, failed_ = 0;
+  long long checked_ = 0, failed_ = 0, closest_op_ = 0;
+  double closest_ = INFINITY;
 };
 
 // Graphs on a backend without them (`cpu-graphs`): a capture records each op, its arguments

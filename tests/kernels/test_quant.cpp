@@ -67,6 +67,72 @@ TEST(FakeQuant, BlocksAreIndependentAndNonDividingDimsPassThrough) {
   EXPECT_EQ(z, z0);  // 40 % 32 != 0: the reference leaves it unquantised
 }
 
+// quant_margin: zero for a value on a rounding midpoint or a scale input on the point where
+// its scale changes, the exact distance otherwise, and small FP8 values left out.
+TEST(QuantMargin, ZeroOnABoundaryAndTheDistanceBesideIt) {
+  using kernels::FakeQuant;
+  std::vector<float> x(32, 0.0f);
+  x[0] = 104.0f;  // q = 416 with s = 0.25 (t = 0.232 is 7% from a power of two)
+  x[1] = 17.0f;   // q = 68: the midpoint of 64 and 72
+  EXPECT_EQ(kernels::quant_margin(FakeQuant::kFp8Pow2, x.data(), 32), 0.0);
+  x[1] = std::nextafter(17.0f, 18.0f);
+  EXPECT_DOUBLE_EQ(kernels::quant_margin(FakeQuant::kFp8Pow2, x.data(), 32), (x[1] - 17.0) / 104.0);
+  x[1] = 1.0625f;  // q = 4.25, a midpoint, but under amax / 16
+  EXPECT_GT(kernels::quant_margin(FakeQuant::kFp8Pow2, x.data(), 32), 1e-3);
+  x[0] = 112.0f;  // t = 112 / 448 = 0.25: the scale's boundary
+  EXPECT_EQ(kernels::quant_margin(FakeQuant::kFp8Pow2, x.data(), 32), 0.0);
+
+  std::vector<float> y(32, 0.0f);
+  y[0] = 5.9f;   // s = 1; t = 0.9833 is 1.7% below 1
+  y[1] = 2.5f;   // an e2m1 boundary
+  EXPECT_EQ(kernels::quant_margin(FakeQuant::kFp4Pow2, y.data(), 32), 0.0);
+  y[1] = 2.45f;
+  EXPECT_NEAR(kernels::quant_margin(FakeQuant::kFp4Pow2, y.data(), 32), (2.5 - 2.45f) / 5.9f, 1e-9);
+
+  std::vector<float> z(16, 0.0f);
+  z[0] = 6.375f;  // t = 1.0625: the midpoint of the e4m3 scales 1 and 1.125
+  EXPECT_EQ(kernels::quant_margin(FakeQuant::kFp4E4m3, z.data(), 16), 0.0);
+  std::vector<float> zeros(32, 0.0f);
+  EXPECT_TRUE(std::isinf(kernels::quant_margin(FakeQuant::kFp8Pow2, zeros.data(), 32)));
+}
+
+// A block moved by less than its margin (as a fraction of its amax) rounds every value the
+// margin covers to the same value (a zero may change its sign).
+TEST(QuantMargin, APerturbationInsideTheMarginKeepsTheCodes) {
+  using kernels::FakeQuant;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::uniform_real_distribution<double> ud(-0.5, 0.5);
+  auto rounded = [](FakeQuant kind, std::vector<float> x) {
+    const int64_t n = static_cast<int64_t>(x.size());
+    if (kind == FakeQuant::kFp8Pow2) kernels::cpu::fake_quant_fp8_pow2(x.data(), n);
+    if (kind == FakeQuant::kFp4Pow2) kernels::cpu::fake_quant_fp4_pow2(x.data(), n);
+    if (kind == FakeQuant::kFp4E4m3) kernels::cpu::fake_quant_fp4_e4m3(x.data(), n);
+    return x;
+  };
+  int checked = 0;
+  for (FakeQuant kind : {FakeQuant::kFp8Pow2, FakeQuant::kFp4Pow2, FakeQuant::kFp4E4m3}) {
+    const size_t n = kind == FakeQuant::kFp4E4m3 ? 16 : 32;
+    for (int t = 0; t < 2000; ++t) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = nd(rng) * 3.0f;
+      float amax = 0.0f;
+      for (float v : x) amax = std::max(amax, std::fabs(v));
+      const double d = kernels::quant_margin(kind, x.data(), static_cast<int64_t>(n)) * amax;
+      if (d < 1e-5) continue;  // a move under float32 resolution would prove nothing
+      std::vector<float> y = x;
+      for (auto& v : y) v = static_cast<float>(v + ud(rng) * d);
+      const std::vector<float> rx = rounded(kind, x), ry = rounded(kind, y);
+      for (size_t i = 0; i < n; ++i) {
+        if (kind == FakeQuant::kFp8Pow2 && std::fabs(x[i]) < amax / 16.0f) continue;
+        ASSERT_EQ(rx[i], ry[i]) << "kind " << static_cast<int>(kind) << ", trial " << t << ", value " << i;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 3000);
+}
+
 TEST(WeightFormats, DequantMatchesTheDtypeTablesForEveryCode) {
   // Every e4m3 code (NaN included) and every e2m1 code through the vectorised row paths.
   std::vector<uint8_t> q(256), scale(8, 127);

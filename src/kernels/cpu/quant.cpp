@@ -1,6 +1,7 @@
 // The reference's always-on fake quantisers (QAT semantics), per block of the last dim, and
 // the weight quantiser to the release formats (quantize_weight, model::quantize_matrix's rule).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -144,6 +145,60 @@ namespace deepinfer::kernels {
 void quantize_weight_rows(const QuantizeWeightArgs& a) {
   const int64_t n = cpu::block_rows(a);
   for (int64_t b = 0; b < n; ++b) cpu::quantize_block_row(a, b);
+}
+
+namespace {
+// Distance of q >= 0 to the nearest point where round-to-nearest onto the ascending grid g
+// changes its result (the midpoints; past the last one the quantisers clamp).
+template <size_t N>
+double grid_margin(double q, const std::array<double, N>& g) {
+  double d = INFINITY;
+  for (size_t i = 0; i + 1 < N; ++i) d = std::min(d, std::fabs(q - 0.5 * (g[i] + g[i + 1])));
+  return d;
+}
+const std::array<double, 127>& e4m3_grid() {  // the non-negative finite e4m3 values, ascending
+  static const std::array<double, 127> g = [] {
+    std::array<double, 127> v{};
+    for (int c = 0; c < 127; ++c) v[static_cast<size_t>(c)] = core::e4m3_to_f32(static_cast<uint8_t>(c));
+    return v;
+  }();
+  return g;
+}
+constexpr std::array<double, 8> kE2m1 = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+// Relative distance of t > 0 to the nearest power of two (where pow2_ceil(t) changes).
+double pow2_margin(double t) {
+  const double lo = std::exp2(std::floor(std::log2(t)));
+  return std::min(t - lo, 2.0 * lo - t) / t;
+}
+}  // namespace
+
+double quant_margin(FakeQuant kind, const float* x, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  // The scale and its margin, with the quantisers' amax floors (a floored scale cannot change).
+  double s = 0, m = INFINITY;
+  const bool fp8 = kind == FakeQuant::kFp8Pow2;
+  if (fp8) {
+    const float t = std::max(amax, 1e-4f) * (1.0f / 448.0f);
+    s = core::pow2_ceil(t);
+    if (amax > 1e-4f) m = pow2_margin(t);
+  } else if (kind == FakeQuant::kFp4Pow2) {
+    const float t = std::max(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f);
+    s = core::pow2_ceil(t);
+    if (amax > 6.0f * 0x1p-126f) m = pow2_margin(t);
+  } else {
+    const float t = std::max(amax, 6.0f * 0x1p-9f) / 6.0f;
+    s = core::round_e4m3(t);
+    if (amax > 6.0f * 0x1p-9f) m = grid_margin(t, e4m3_grid()) / t;
+  }
+  if (amax == 0.0f) return m;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = std::fabs(x[i]);
+    if (fp8 && v < amax / 16.0) continue;
+    const double q = std::min(v / s, fp8 ? 448.0 : 6.0);
+    m = std::min(m, (fp8 ? grid_margin(q, e4m3_grid()) : grid_margin(q, kE2m1)) * s / amax);
+  }
+  return m;
 }
 
 void dequant_fake_quant(FakeQuant kind, const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t dim,
