@@ -117,6 +117,8 @@ class CudaBackend final : public Backend {
   }
   void release(void* p) override {
     if (!p) return;
+    // A block an upload sent ahead may still be writing is not handed on before it lands.
+    if (!capturing_) await_uploads();
     auto it = cached_.find(p);
     if (capturing_ && !capturing_->owns(p)) refuse("releasing memory allocated outside it");
     if (it == cached_.end()) {
@@ -675,7 +677,9 @@ class CudaBackend final : public Backend {
       if (n > staging_cap_) {
         if (staging_) DI_CUDA_CHECK(cudaFreeHost(staging_));
         staging_ = nullptr;
-        staging_cap_ = std::max(n, std::max(kStagingInitial, 2 * staging_cap_));
+        // Room for twice the request: a step's earlier uploads beside its largest one keep
+        // the next step of that size from synchronising before it packs.
+        staging_cap_ = std::max(2 * n, std::max(kStagingInitial, 2 * staging_cap_));
         DI_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), staging_cap_));
       }
     }

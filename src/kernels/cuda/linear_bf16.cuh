@@ -433,8 +433,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_bf16_k(Bf16Gemm p,
       // The slice's products; TWO (stored formats): the second scale multiply, taken by the whole
       // warp for a slice where any of its scales needs it (sw: each column's four scale bytes).
       auto products = [&](auto two_c, const uint32_t* sw) {
-        constexpr bool TWO = decltype(two_c)::value;
-        StoredScale wsc[WQ ? NI : 1];  // WQ: the current 32 k's scales of the warp's columns
+        [[maybe_unused]] constexpr bool TWO = decltype(two_c)::value;
+        [[maybe_unused]] StoredScale wsc[WQ ? NI : 1];  // WQ: the current 32 k's scales of the warp's columns
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
           uint32_t af[MI][4], bf[NI][2];

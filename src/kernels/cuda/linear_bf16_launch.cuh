@@ -67,9 +67,9 @@ void launch_gemm(Bf16Gemm p, Stream s) {
   // than 64 x 128 (the kernel adds partial sums only for narrower ones).
   if (S == 1 || tiles * cols * p.groups > kGemmCounters || !p.counters || BM * BN > 64 * 128) p.part = nullptr;
   auto kernel = gemm_bf16_k<BM, BN, BK, WARPS_M, WARPS_N, STAGES, false, XF, WG, WQ>;
-  if constexpr (WG && BN > 128) {
-    if (S > 1) {  // the dispatch sends products in k segments to narrower tiles
-      std::fprintf(stderr, "deepinfer: gemm_bf16: a product in k segments on the 256-column tiling\n");
+  if constexpr (WG && (BN > 128 || WQ != 0)) {
+    if (S > 1 && !p.part) {  // the dispatch sends products whose k segments fold to other tilings
+      std::fprintf(stderr, "deepinfer: gemm_bf16: k segments folding on a warpgroup tiling without folding\n");
       std::abort();
     }
   } else if (S > 1 && !p.part) {
@@ -115,7 +115,10 @@ void gemm_bf16_as(Bf16Gemm p, Stream s) {
       return launch_gemm<16, 64, 128, 1, 4, 4, false, false, WQ>(p, s);
     }
     if (per_tile <= 128 || split) return launch_gemm<64, 128, 128, 2, 4, 3, false, false, WQ>(p, s);
-    // Warpgroup products on 128 x 128 tiles, each slice decoded once into bf16 shared memory.
+    // Warpgroup products on 128 x 128 tiles, each slice decoded once into bf16 shared memory;
+    // products whose k segments fold (dense ones above kSplitRowsMax rows without a workspace:
+    // the backend sends dense ones above 256 rows through bf16 temporaries) on mma.sync tiles.
+    if (fold) return launch_gemm<128, 128, 128, 2, 4, 3, false, false, WQ>(p, s);
     return launch_gemm<128, 128, 128, 8, 1, 3, false, true, WQ>(p, s);
   } else if (per_tile <= 16) {
     // Launches of at most 16 rows read each weight once: an L2 evict_first policy keeps them

@@ -168,15 +168,22 @@ void add_stored_linear(std::vector<OpCase>& t) {
                    .precisions = {Precision::kBF16}});
     }
     // The experts (8 of [64 x 256]), gate and up in one op: 1, 7, 300 and 2048 tokens x 2; and
-    // k 1408 (11 slices: the experts' decode stages wrap) at 7 tokens.
+    // k 1408 (11 slices: the experts' decode stages wrap) at 7 tokens. At 2048 tokens (the
+    // warpgroup tiling) also as the model's prefill runs them: [128 x 256] experts reading x
+    // through a row index (gate and up), and one product alone (down).
     struct G {
-      int64_t tokens, k;
+      int64_t tokens, k, n = 64;
+      bool gathered = false, pair = true;
     };
-    for (const G& g : {G{1, 256}, G{7, 256}, G{300, 256}, G{2048, 256}, G{7, 1408}}) {
-      const int64_t E = 8, K = 2, n = 64, k = g.k, tokens = g.tokens, rows = tokens * K;
+    for (const G& g : {G{1, 256}, G{7, 256}, G{300, 256}, G{2048, 256}, G{7, 1408}, G{2048, 256, 128, true},
+                       G{2048, 256, 128, false, false}}) {
+      const int64_t E = 8, K = 2, n = g.n, k = g.k, tokens = g.tokens, rows = tokens * K;
+      const bool gathered = g.gathered, pair = g.pair;
       t.push_back({.family = "linear",
-                   .name = std::string("stored_grouped_matmul_") + format_name(fmt) + "_t" + str(tokens) + "_k" + str(k),
-                   .shape = str(E) + " experts [" + str(n) + " x " + str(k) + "] x 2, " + str(rows) + " rows",
+                   .name = std::string("stored_grouped_matmul_") + format_name(fmt) + "_t" + str(tokens) + "_k" + str(k) +
+                           (n != 64 ? "_n" + str(n) : "") + (gathered ? "_gathered" : "") + (pair ? "" : "_one"),
+                   .shape = str(E) + " experts [" + str(n) + " x " + str(k) + "] x " + (pair ? "2, " : "1, ") + str(rows) + " rows" +
+                            (gathered ? " through a row index" : ""),
                    .build =
                        [=](Run& r) {
                          std::vector<WeightView> w, w2, b, b2;
@@ -189,22 +196,26 @@ void add_stored_linear(std::vector<OpCase>& t) {
                            b2.push_back(q.bf16);
                          }
                          const int32_t* off = r.in(offsets_of(tokens, K, E, 7));
-                         const float* x = r.in(randn(sz(rows * k), 71));
+                         // Gathered: x has `tokens` rows, product row i reads row (i * 7) % tokens.
+                         const int64_t x_n = gathered ? tokens : rows;
+                         std::vector<int32_t> idx(sz(rows));
+                         for (int64_t i = 0; i < rows; ++i) idx[sz(i)] = static_cast<int32_t>((i * 7) % tokens);
+                         const int32_t* x_rows = gathered ? r.in(idx) : nullptr;
+                         const float* x = r.in(randn(sz(x_n * k), 71));
                          float* y = r.out<float>("gate", sz(rows * n), Rule::kRelErr, 1e-5);
-                         float* y2 = r.out<float>("up", sz(rows * n), Rule::kRelErr, 1e-5);
+                         float* y2 = pair ? r.out<float>("up", sz(rows * n), Rule::kRelErr, 1e-5) : nullptr;
                          float* yb = r.out<float>("gate of the bf16 weights", sz(rows * n), Rule::kRelErr, 1e-5);
-                         float* yb2 = r.out<float>("up of the bf16 weights", sz(rows * n), Rule::kRelErr, 1e-5);
-                         r.checks.push_back(same_bits(0, 2, "gate"));
-                         r.checks.push_back(same_bits(1, 3, "up"));
-                         const WeightView *ws = r.keep(w), *ws2 = r.keep(w2), *bs = r.keep(b), *bs2 = r.keep(b2);
-                         r.op = [=, &be = r.be] {
-                           be.grouped_matmul({.x = x, .w = ws, .offsets = off, .y = y, .rows = rows, .n = n, .k = k, .experts = E,
-                                              .w2 = ws2, .y2 = y2});
+                         float* yb2 = pair ? r.out<float>("up of the bf16 weights", sz(rows * n), Rule::kRelErr, 1e-5) : nullptr;
+                         r.checks.push_back(same_bits(0, pair ? 2 : 1, "gate"));
+                         if (pair) r.checks.push_back(same_bits(1, 3, "up"));
+                         const WeightView *ws = r.keep(w), *ws2 = pair ? r.keep(w2) : nullptr, *bs = r.keep(b),
+                                          *bs2 = pair ? r.keep(b2) : nullptr;
+                         auto args = [=](const WeightView* a, float* ya, const WeightView* a2, float* ya2) {
+                           return GroupedMatmulArgs{.x = x, .w = a, .offsets = off, .y = ya, .rows = rows, .n = n, .k = k,
+                                                    .experts = E, .w2 = a2, .y2 = ya2, .x_rows = x_rows, .x_src_rows = x_n};
                          };
-                         r.after = [=, &be = r.be] {
-                           be.grouped_matmul({.x = x, .w = bs, .offsets = off, .y = yb, .rows = rows, .n = n, .k = k, .experts = E,
-                                              .w2 = bs2, .y2 = yb2});
-                         };
+                         r.op = [=, &be = r.be] { be.grouped_matmul(args(ws, y, ws2, y2)); };
+                         r.after = [=, &be = r.be] { be.grouped_matmul(args(bs, yb, bs2, yb2)); };
                        },
                    .precisions = {Precision::kBF16}});
     }
