@@ -21,6 +21,7 @@
 #include "kernels/backend.h"
 #include "loader/checkpoint.h"
 #include "model/deepseek_v41.h"
+#include "model/devices.h"
 #include "model/engram_rows.h"
 #include "model/memory_plan.h"
 #include "model/weights.h"
@@ -157,7 +158,11 @@ TEST(EngramStaging, StepBlockGivesEveryLayerItsRows) {
 // Bounded replay with an Engram layer among the late layers (full-q's, moved to layer 6): the
 // tails' rows are staged again after the compaction. One replayed call gives the bits of a split
 // whose first chunk ends before the tail (no compaction), staged or not, with graphs emulated.
-TEST(EngramStaging, ReplayRestagesTheTailsRows) {
+// On each device (CUDA too): an Engram layer among the late layers, its tail's rows restaged
+// after the compaction; one replayed call, the tail split off, staged or in place: the same bits
+// (the plain CPU's on the CPU devices).
+class EngramReplay : public ::testing::TestWithParam<std::string> {};
+TEST_P(EngramReplay, ReplayRestagesTheTailsRows) {
   auto tok = tokenizer::Tokenizer::load(fixture("full-q"));
   loader::ModelConfig c = loader::load_config(fixture("full-q") + "/config.json");
   c.engram_layer_ids.back() = c.num_hidden_layers - 2;
@@ -183,16 +188,18 @@ TEST(EngramStaging, ReplayRestagesTheTailsRows) {
     return out;
   };
   ASSERT_GT(tail, 0);
-  const std::vector<float> want = last("cpu", false, {n});
+  const std::string device = GetParam();
+  const std::vector<float> want = last(device == "cpu-graphs" ? "cpu" : device, false, {n});
   for (int64_t v : {int64_t{0}, V}) ASSERT_TRUE(std::isfinite(want[static_cast<size_t>(v)]));
-  for (const char* device : {"cpu", "cpu-graphs"})
-    for (bool staged : {false, true})
-      for (const std::vector<int64_t>& split : {std::vector<int64_t>{n}, std::vector<int64_t>{tail, n - tail}}) {
-        SCOPED_TRACE(std::string(device) + (staged ? " staged" : " in place") + " split " + std::to_string(split[0]));
-        const std::vector<float> got = last(device, staged, split);
-        EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
-      }
+  for (bool staged : {false, true})
+    for (const std::vector<int64_t>& split : {std::vector<int64_t>{n}, std::vector<int64_t>{tail, n - tail}}) {
+      SCOPED_TRACE(device + (staged ? " staged" : " in place") + " split " + std::to_string(split[0]));
+      const std::vector<float> got = last(device, staged, split);
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
+    }
 }
+INSTANTIATE_TEST_SUITE_P(V41, EngramReplay, ::testing::ValuesIn(deepinfer::testing::devices()),
+                         deepinfer::testing::device_name);
 
 // A decode token reads (N-1) x heads rows of each Engram table, not the table: the weight bytes
 // a token reads do not depend on the tables' sizes (full-q's, and tables of exactly that many
