@@ -77,6 +77,7 @@ EngramStep::EngramStep(std::vector<kernels::WeightView> tables, bool staged, int
 void EngramStep::pack(const int64_t* hash_ids, int64_t n, uint8_t* out) const {
   DI_CHECK(n >= 0 && n <= n_pad_, "Engram step: more rows than the step holds");
   const int64_t L = static_cast<int64_t>(tables_.size()), m = n_pad_ * cols_;
+  if (m == 0) return;  // a step with no rows (a replayed chunk whose tail is empty)
   std::vector<int64_t> layer(static_cast<size_t>(m), 0);  // one layer's hash ids, padding rows 0
   for (int64_t j = 0; j < L; ++j) {
     const kernels::WeightView& t = tables_[static_cast<size_t>(j)];
