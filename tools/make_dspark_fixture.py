@@ -14,11 +14,11 @@ Writes, in tests/data/v41/dspark:
   mtp.safetensors    the stages' random float32 weights (release names `mtp.{s}.*`; every
                      parameter perturbed); the backbone is `full`'s model.safetensors, which
                      the tests place beside it (tokenizer.json too: Engram needs it)
-  golden/<case>_{ids,logits,confidence,ring_pos}.npy, golden/cases.json
+  golden/<case>_{ids,logits,confidence,ring_pos,ring_kv}.npy, golden/cases.json
                      the draft after the target has processed the first `prompt` golden tokens
                      and sampled the next one (the anchor): ids [6] (anchor + 5 drafted),
                      Markov-biased logits [5, V], raw confidence logits [5], the positions the
-                     stages' rings hold. Cases: a ring not yet full, a full ring, and the same
+                     stages' rings hold and their keys [3, positions, head_dim]. Cases: a ring not yet full, a full ring, and the same
                      prompt under bounded replay (its late layers, two of the taps among them,
                      on the last `sliding_window` rows only).
 The greedy draft ids are compared exactly, so every position's top two logits must differ by
@@ -46,7 +46,7 @@ SEED = 4101
 DRAFT_KEYS = {"num_nextn_predict_layers": 3, "dspark_block_size": 5, "dspark_n_routed_experts": 8,
               "dspark_num_experts_per_tok": 3, "dspark_markov_rank": 16}
 # (name, prompt tokens, replay_from)
-CASES = [("short", 5, 0), ("long", 29, 0), ("replay", 29, 21)]
+CASES = [("tiny", 3, 0), ("short", 5, 0), ("long", 29, 0), ("replay", 29, 21)]
 
 
 def stage_weights(c: R.Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -127,7 +127,7 @@ def main() -> None:
               f"smallest top-2 margin {margin:.3g}, confidence {np.round(d['confidence'], 4).tolist()}")
         if margin < 1e-3:
             print(f"  warning: case {name} has a near tie; choose another SEED")
-        for k in ("ids", "logits", "confidence", "ring_pos"):
+        for k in ("ids", "logits", "confidence", "ring_pos", "ring_kv"):
             np.save(os.path.join(OUT, f"golden/{name}_{k}.npy"), d[k])
         cases.append({"name": name, "prompt": n, "anchor": int(tokens[n]), "replay_from": replay})
     moved = float(np.abs(out["replay"]["logits"] - out["long"]["logits"]).max() / np.abs(out["long"]["logits"]).max())

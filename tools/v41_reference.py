@@ -511,4 +511,4 @@ class Model:
             out_ids.append(int(np.argmax(logits[i])))
         conf = (np.concatenate([x, np.stack(embs)], axis=1) @ self.t(last + "confidence_head.proj.weight").T)[:, 0]
         return {"ids": np.array(out_ids, np.int64), "logits": logits, "confidence": conf.astype(F32),
-                "ring_pos": ring_pos.astype(np.int64)}
+                "ring_pos": ring_pos.astype(np.int64), "ring_kv": np.stack(rings).astype(F32)}

@@ -46,6 +46,10 @@ struct ModelOptions {
   bool engram_tables_on_host = true;
   // Host backends (tests): read the tables through the same staged rows a device backend uses.
   bool stage_engram_rows = false;
+  // DSpark speculative decoding: every forward also takes the taps and fills the draft stages'
+  // rings (SequenceState::draft_ring), and draft() may be called. Needs the draft stages'
+  // weights (an Error otherwise).
+  bool dspark = false;
 };
 
 class DeepseekV41 {
@@ -76,6 +80,8 @@ class DeepseekV41 {
   std::vector<Stage> layer_program(ForwardBatch& b);
   // The head: logits [rows.size(), vocab] fp32 of b's rows `rows` (after the layer program).
   kernels::Buf<float> logits(ForwardBatch& b, const std::vector<int32_t>& rows);
+  // Whether forwards fill the draft stages' rings (ModelOptions.dspark).
+  bool dspark() const { return dspark_; }
 
  private:
   // Pointers below are backend memory unless they say host.
@@ -142,6 +148,15 @@ class DeepseekV41 {
   // Every row of each cache as float32 into its destination (backend memory, [size, dim]),
   // in one op per stored format (window rings, compressed KV, indexer keys).
   void read_rows(const std::vector<std::pair<const PackedRows*, float*>>& reads);
+  // DSpark (dspark.cpp). The tap of layer l's input (the hc mean, after its Engram) into b.taps
+  // (graphable; a no-op for other layers).
+  void tap(int64_t layer, ForwardBatch& b);
+  // b.taps' layout for b.n_pad rows: its size and the uploads of tap_pre and tap_concat.
+  void tap_layout(ForwardBatch& b, kernels::Uploads& up);
+  // main_x of every row from its taps, then each stage's keys into b.dkv (graphable).
+  void draft_keys(ForwardBatch& b);
+  // Each sequence's last rows' keys into its stages' rings, which keep sliding_window (eager).
+  void fill_draft_rings(ForwardBatch& b);
   void rms(const float* x, const float* w, float* y, int64_t rows, int64_t dim);
   void linear(const float* x, int64_t rows, const Mat& w, float* y);
   // Products of one x (the projections that read the same activations), in one backend op.
@@ -155,6 +170,7 @@ class DeepseekV41 {
   std::vector<kernels::Buf<float>> engram_qk_;  // per engram layer: q_weight * k_weight [hc, D]
   std::vector<kernels::WeightView> engram_tables_;  // per engram layer: its table, where it is read
   bool engram_staged_ = false;  // Engram tables in host memory, read through staged rows
+  bool dspark_ = false;         // ModelOptions.dspark
 };
 
 template <class T>

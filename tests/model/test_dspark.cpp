@@ -1,20 +1,29 @@
 // DSpark draft stages (spec section 3.11): their tensors loaded in both name schemes and the
 // release formats, made at random, and refused with the tensor named when one is missing or
-// misshapen.
+// misshapen; the stages' rings, filled by prefill in any chunking, by decode and under bounded
+// replay, against the NumPy transcription's (tools/v41_reference.py), on every backend.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/npy.h"
+#include "engine/load_model.h"
 #include "kernels/backend.h"
 #include "loader/checkpoint.h"
 #include "loader/safetensors.h"
+#include "model/deepseek_v41.h"
 #include "model/info.h"
 #include "model/weights.h"
+#include "runner/batch_runner.h"
+#include "tokenizer/tokenizer.h"
+#include "devices.h"
 #include "dspark_fixture.h"
 #include "tensor_bytes.h"
 
@@ -189,3 +198,170 @@ TEST(DsparkWeights, RandomStagesInTheReleaseFormats) {
   model::Weights back = model::load_weights(*ck);
   EXPECT_TRUE(same(draft_bytes(c, w, *be), draft_bytes(ck->config(), back, *be)));
 }
+
+namespace {
+
+// The fixture's model with DSpark on (or off), on `device`.
+struct DsparkModel {
+  std::string dir;
+  std::unique_ptr<kernels::Backend> be;
+  std::unique_ptr<loader::Checkpoint> ck;
+  std::unique_ptr<model::DeepseekV41> m;
+  std::unique_ptr<runner::BatchRunner> run;
+  explicit DsparkModel(const std::string& device, bool dspark = true, const std::string& name = "dspark_model")
+      : dir(dspark_checkpoint(name)) {
+    be = kernels::make_backend(device, 2);
+    ck = loader::Checkpoint::open(dir);
+    auto tok = tokenizer::Tokenizer::load(dir);
+    auto hasher = engine::make_engram_hasher(ck->config(), tok.get(), dir);
+    m = std::make_unique<model::DeepseekV41>(ck->config(), model::load_weights(*ck), *be, hasher,
+                                             model::ModelOptions{.dspark = dspark});
+    run = std::make_unique<runner::BatchRunner>(*m);
+  }
+  const loader::ModelConfig& cfg() const { return m->config(); }
+  // Feeds tokens [from, to) of `toks` in chunks of the given sizes (the last size repeats).
+  void feed(const std::vector<int64_t>& toks, int64_t from, int64_t to, model::SequenceState& st,
+            const std::vector<int64_t>& chunks) {
+    size_t ci = 0;
+    std::vector<float> lg(static_cast<size_t>(cfg().vocab_size));
+    for (int64_t at = from; at < to; ++ci) {
+      const int64_t n = std::min(chunks[std::min(ci, chunks.size() - 1)], to - at);
+      run->forward(toks.data() + at, n, st, lg.data(), /*last_only=*/true);
+      at += n;
+    }
+  }
+};
+
+std::vector<int64_t> golden_tokens() { return core::read_npy_ints(v41_fixture("full") + "/golden/tokens.npy"); }
+std::string golden(const std::string& f) { return v41_fixture("dspark") + "/golden/" + f; }
+
+// A ring's stored bytes (codes, then scales) and its values.
+std::vector<uint8_t> ring_bytes(const model::WindowRing& r, kernels::Backend& be) {
+  const int64_t n = r.kv.size(), cb = r.kv.code_bytes() * n, sb = r.kv.scale_bytes() * n;
+  std::vector<uint8_t> out(static_cast<size_t>(cb + sb));
+  if (n == 0) return out;
+  be.download(out.data(), r.kv.codes_at(0), cb);
+  be.download(out.data() + cb, r.kv.scales_at(0), sb);
+  return out;
+}
+std::vector<float> ring_values(const model::WindowRing& r, kernels::Backend& be) {
+  const int64_t n = r.kv.size(), dim = r.kv.dim();
+  const std::vector<uint8_t> b = ring_bytes(r, be);
+  std::vector<float> out(static_cast<size_t>(n * dim));
+  kernels::dequant_fake_quant(r.kv.kind(), b.data(), b.data() + r.kv.code_bytes() * n, n, dim, r.kv.block(), out.data());
+  return out;
+}
+
+// max|a - ref| / max|ref|.
+double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
+  EXPECT_EQ(a.size(), ref.size());
+  double m = 0, d = 0;
+  for (size_t i = 0; i < std::min(a.size(), ref.size()); ++i) {
+    m = std::max(m, static_cast<double>(std::fabs(ref[i])));
+    const double e = std::fabs(static_cast<double>(a[i]) - ref[i]);
+    d = std::isnan(e) ? INFINITY : std::max(d, e);
+  }
+  return d / m;
+}
+
+// Every stage's ring positions and values against a golden case.
+void expect_rings(model::SequenceState& st, kernels::Backend& be, const std::string& name) {
+  std::vector<int64_t> shape;
+  const std::vector<float> kv = core::read_npy_f32(golden(name + "_ring_kv.npy"), &shape);
+  const std::vector<int64_t> pos = core::read_npy_ints(golden(name + "_ring_pos.npy"));
+  ASSERT_EQ(shape.size(), 3u);
+  const size_t per = static_cast<size_t>(shape[1] * shape[2]);
+  for (int64_t s = 0; s < shape[0]; ++s) {
+    const model::WindowRing& r = st.draft_ring(s);
+    EXPECT_EQ(r.pos, pos) << name << " stage " << s;
+    const std::vector<float> ref(kv.begin() + static_cast<std::ptrdiff_t>(s * per), kv.begin() + static_cast<std::ptrdiff_t>((s + 1) * per));
+    const double err = rel_err(ring_values(r, be), ref);
+    EXPECT_LE(err, 1e-4) << name << " stage " << s;
+  }
+}
+
+class DsparkRings : public ::testing::TestWithParam<std::string> {};
+
+// A prompt's rings hold the last sliding_window positions' keys, whatever the chunking, and
+// decode steps keep them so: the same bytes, and the transcription's values.
+TEST_P(DsparkRings, PrefillInAnyChunkingAndDecodeFillTheRings) {
+  DsparkModel fx(GetParam());
+  const std::vector<int64_t> toks = golden_tokens();
+  auto ref = fx.m->new_state();
+  fx.feed(toks, 0, 29, ref, {29});
+  expect_rings(ref, *fx.be, "long");
+  for (const auto& chunks : {std::vector<int64_t>{13, 9, 1}, std::vector<int64_t>{7}}) {
+    auto st = fx.m->new_state();
+    fx.feed(toks, 0, 29, st, chunks);
+    for (int64_t s = 0; s < 3; ++s) {
+      EXPECT_EQ(st.draft_ring(s).pos, ref.draft_ring(s).pos);
+      EXPECT_EQ(ring_bytes(st.draft_ring(s), *fx.be), ring_bytes(ref.draft_ring(s), *fx.be)) << "stage " << s;
+    }
+  }
+  auto dec = fx.m->new_state();
+  fx.feed(toks, 0, 3, dec, {3});
+  expect_rings(dec, *fx.be, "tiny");
+  fx.feed(toks, 3, 5, dec, {1});
+  expect_rings(dec, *fx.be, "short");
+  fx.feed(toks, 5, 29, dec, {1});
+  for (int64_t s = 0; s < 3; ++s) EXPECT_EQ(ring_bytes(dec.draft_ring(s), *fx.be), ring_bytes(ref.draft_ring(s), *fx.be));
+}
+
+// Bounded replay runs the layers after the last KV source (two of the three taps) on the
+// prompt's last sliding_window rows only: the rings hold exactly those rows' keys, computed from
+// the tail (not the exact prefill's), in one chunk or several.
+TEST_P(DsparkRings, BoundedReplayFillsTheRingsFromTheTail) {
+  DsparkModel fx(GetParam());
+  const std::vector<int64_t> toks = golden_tokens();
+  const int64_t W = fx.cfg().sliding_window;
+  ASSERT_LT(fx.m->late_layer_start(), fx.cfg().dspark_target_layer_ids.back());
+  auto st = fx.m->new_state();
+  runner::Chunk one{.tokens = toks.data(), .n = 29, .state = &st, .replay_from = 29 - W};
+  fx.run->forward(std::span<runner::Chunk>(&one, 1));
+  expect_rings(st, *fx.be, "replay");
+  auto exact = fx.m->new_state();
+  fx.feed(toks, 0, 29, exact, {29});
+  EXPECT_NE(ring_bytes(st.draft_ring(0), *fx.be), ring_bytes(exact.draft_ring(0), *fx.be));
+  // The prompt in two chunks, the first wholly before the tail.
+  auto two = fx.m->new_state();
+  runner::Chunk a{.tokens = toks.data(), .n = 15, .state = &two, .replay_from = 15};
+  fx.run->forward(std::span<runner::Chunk>(&a, 1));
+  EXPECT_TRUE(two.draft_ring(0).pos.empty());
+  runner::Chunk b{.tokens = toks.data() + 15, .n = 14, .state = &two, .replay_from = 29 - W - 15};
+  fx.run->forward(std::span<runner::Chunk>(&b, 1));
+  for (int64_t s = 0; s < 3; ++s) EXPECT_EQ(ring_bytes(two.draft_ring(s), *fx.be), ring_bytes(st.draft_ring(s), *fx.be));
+}
+
+// The taps leave the target's logits alone; without ModelOptions.dspark the rings stay empty.
+TEST_P(DsparkRings, TheTargetsLogitsDoNotChange) {
+  DsparkModel on(GetParam()), off(GetParam(), false, "dspark_model_off");
+  const std::vector<int64_t> toks = golden_tokens();
+  const int64_t V = on.cfg().vocab_size, n = static_cast<int64_t>(toks.size());
+  std::vector<float> a(static_cast<size_t>(n * V)), b(a.size());
+  auto sa = on.m->new_state(), sb = off.m->new_state();
+  on.run->forward(toks.data(), n, sa, a.data());
+  off.run->forward(toks.data(), n, sb, b.data());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+  EXPECT_EQ(sa.draft_ring(0).pos.size(), static_cast<size_t>(on.cfg().sliding_window));
+  EXPECT_TRUE(sb.draft_ring(0).pos.empty());
+  EXPECT_EQ(sb.bytes() + 3 * static_cast<int64_t>(ring_bytes(sa.draft_ring(0), *on.be).size() + 8 * sa.draft_ring(0).pos.size()),
+            sa.bytes());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dspark, DsparkRings, ::testing::ValuesIn(deepinfer::testing::devices()), deepinfer::testing::device_name);
+
+TEST(DsparkWeights, SpeculationNeedsTheStages) {
+  auto be = kernels::make_cpu_backend(1);
+  const std::string dir = dspark_checkpoint("dspark_nostages", /*mtp=*/false);
+  auto ck = loader::Checkpoint::open(dir);
+  auto tok = tokenizer::Tokenizer::load(dir);
+  auto hasher = engine::make_engram_hasher(ck->config(), tok.get(), dir);
+  try {
+    model::DeepseekV41 m(ck->config(), model::load_weights(*ck), *be, hasher, model::ModelOptions{.dspark = true});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("DSpark speculative decoding needs the draft stages, but the checkpoint has no mtp.* tensors"));
+  }
+}
+
+}  // namespace
