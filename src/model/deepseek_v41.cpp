@@ -76,6 +76,11 @@ void DeepseekV41::rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_
             .rope_dim = cfg_.qk_rope_head_dim, .inverse = inverse});
 }
 
+const LayerWeights& DeepseekV41::block(int64_t l) const {
+  const int64_t L = cfg_.num_hidden_layers;
+  return l < L ? w_.layers[static_cast<size_t>(l)] : w_.draft.stages[static_cast<size_t>(l - L)];
+}
+
 int64_t DeepseekV41::late_layer_start() const {
   if (cfg_.kv_source_layer_ids.empty()) return cfg_.num_hidden_layers;
   return *std::max_element(cfg_.kv_source_layer_ids.begin(), cfg_.kv_source_layer_ids.end()) + 1;
@@ -209,7 +214,7 @@ std::pair<const float*, const float*> DeepseekV41::rope_of(int64_t l, const Forw
 void DeepseekV41::attention_in(int64_t l, ForwardBatch& b) {
   const int64_t n = b.n_pad;
   const auto& c = cfg_;
-  const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  const LayerWeights& L = block(l);
   const AttentionWeights& A = L.attn;
   const int64_t hd = c.head_dim, ratio = c.ratio(l);
   if (dspark_) tap(l, b);
@@ -254,7 +259,7 @@ void DeepseekV41::attention_in(int64_t l, ForwardBatch& b) {
 void DeepseekV41::attention_out_and_ffn(int64_t l, ForwardBatch& b) {
   const int64_t n = b.n_pad;
   const auto& c = cfg_;
-  const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  const LayerWeights& L = block(l);
   const AttentionWeights& A = L.attn;
   const int64_t D = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads, hd = c.head_dim;
   // The grouped low-rank projection of the output (the attention removed the query's rotation).

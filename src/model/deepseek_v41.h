@@ -38,6 +38,22 @@
 
 namespace deepinfer::model {
 
+// One sequence's DSpark draft (DeepseekV41::draft): the target has processed positions
+// [0, state->length()), so its stages' rings hold their keys, and chose `anchor` for the next.
+struct DraftRequest {
+  SequenceState* state = nullptr;
+  int64_t anchor = 0;
+  // Host [dspark_block_size]: how each drafted token is drawn from its biased logits (as
+  // Backend::sample_rows draws); null: greedy (the largest, ties to the lowest id).
+  const kernels::DrawParams* draw = nullptr;
+};
+// Every request's draft block, in request order. B = dspark_block_size.
+struct Drafts {
+  std::vector<int64_t> ids;         // host [requests, B + 1]: the anchor, then the B drafted tokens
+  std::vector<float> confidence;    // host [requests, B] fp32: the confidence head's raw logits
+  kernels::Buf<float> logits;       // backend [requests, B, vocab] fp32: the Markov-biased logits each was drawn from
+};
+
 // Model options the engine sets at load.
 struct ModelOptions {
   // Device backends: the Engram hash-bucket tables stay in host memory (mapped or host-made) and
@@ -82,6 +98,13 @@ class DeepseekV41 {
   kernels::Buf<float> logits(ForwardBatch& b, const std::vector<int32_t>& rows);
   // Whether forwards fill the draft stages' rings (ModelOptions.dspark).
   bool dspark() const { return dspark_; }
+  // The DSpark draft of every request at once (spec section 3.11; needs ModelOptions.dspark):
+  // the block [anchor, noise x (B-1)] at positions length() ... length() + B - 1 through the
+  // draft stages, each attending over its ring and the whole block (no causal mask inside it),
+  // then the heads: logits of the last stage's collapsed rows, plus the Markov head's bias from
+  // the previous token, drawn position by position; confidence from the collapsed row and the
+  // previous token's Markov embedding, in float32. Reads the states, changes none of them.
+  Drafts draft(const std::vector<DraftRequest>& reqs);
 
  private:
   // Pointers below are backend memory unless they say host.
@@ -92,6 +115,11 @@ class DeepseekV41 {
   void attention_in(int64_t layer, ForwardBatch& b);
   void attention(int64_t layer, ForwardBatch& b);
   void attention_out_and_ffn(int64_t layer, ForwardBatch& b);
+  // Block l's weights: backbone layer l, or (l >= num_hidden_layers) draft stage l - L.
+  const LayerWeights& block(int64_t l) const;
+  // A draft stage's attention (block l = L + stage): every query of a sequence's block sees its
+  // ring and every row of its block.
+  void draft_attention(int64_t l, ForwardBatch& b);
   // One mHC site: its mixes (into pre, post, comb) from the streams b.X, then the streams
   // collapsed with `collapse_pre` and RMS-normalised with `norm` into b.xn.
   void mhc_site(const Mat& fn, const float* scale, const float* base, float* pre, float* post, float* comb,

@@ -592,7 +592,8 @@ int64_t active_weight_bytes(const ModelConfig& c, const Weights& w) {
     }
   }
   const int64_t embed = kernels::weight_bytes(w.embed);
-  return w.stored_bytes() - draft_bytes(w) - experts + experts / std::max<int64_t>(1, c.n_routed_experts) * c.num_experts_per_tok - embed +
+  return w.stored_bytes() - draft_bytes(w) - experts +
+         experts / std::max<int64_t>(1, c.n_routed_experts) * c.num_experts_per_tok - embed +
          embed / std::max<int64_t>(1, c.vocab_size) - tables + table_rows;
 }
 

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <span>
 #include <string>
@@ -24,6 +26,8 @@
 #include "runner/batch_runner.h"
 #include "tokenizer/tokenizer.h"
 #include "devices.h"
+
+#include <nlohmann/json.hpp>
 #include "dspark_fixture.h"
 #include "tensor_bytes.h"
 
@@ -274,7 +278,8 @@ void expect_rings(model::SequenceState& st, kernels::Backend& be, const std::str
   for (int64_t s = 0; s < shape[0]; ++s) {
     const model::WindowRing& r = st.draft_ring(s);
     EXPECT_EQ(r.pos, pos) << name << " stage " << s;
-    const std::vector<float> ref(kv.begin() + static_cast<std::ptrdiff_t>(s * per), kv.begin() + static_cast<std::ptrdiff_t>((s + 1) * per));
+    const auto at = kv.begin() + static_cast<std::ptrdiff_t>(s * per);
+    const std::vector<float> ref(at, at + static_cast<std::ptrdiff_t>(per));
     const double err = rel_err(ring_values(r, be), ref);
     EXPECT_LE(err, 1e-4) << name << " stage " << s;
   }
@@ -349,6 +354,110 @@ TEST_P(DsparkRings, TheTargetsLogitsDoNotChange) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dspark, DsparkRings, ::testing::ValuesIn(deepinfer::testing::devices()), deepinfer::testing::device_name);
+
+// A golden case: its prompt, anchor and replay row (golden/cases.json).
+struct Case {
+  std::string name;
+  int64_t prompt = 0, anchor = 0, replay_from = 0;
+};
+std::vector<Case> golden_cases() {
+  std::ifstream in(golden("cases.json"));
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<Case> out;
+  for (const auto& c : j["cases"])
+    out.push_back({c["name"].get<std::string>(), c["prompt"].get<int64_t>(), c["anchor"].get<int64_t>(),
+                   c["replay_from"].get<int64_t>()});
+  return out;
+}
+
+// The state after the target processed a case's prompt (in one chunk, with its replay row).
+model::SequenceState prefill(DsparkModel& fx, const Case& k) {
+  const std::vector<int64_t> toks = golden_tokens();
+  auto st = fx.m->new_state();
+  runner::Chunk ch{.tokens = toks.data(), .n = k.prompt, .state = &st, .replay_from = k.replay_from};
+  fx.run->forward(std::span<runner::Chunk>(&ch, 1));
+  return st;
+}
+
+class DsparkDraft : public ::testing::TestWithParam<std::string> {};
+
+// The draft of every golden case against the transcription's: the ids exactly, the biased
+// logits and the confidence within 1e-4 of their largest; the state untouched.
+TEST_P(DsparkDraft, MatchesTheTranscription) {
+  DsparkModel fx(GetParam());
+  const int64_t B = fx.cfg().dspark_block_size, V = fx.cfg().vocab_size;
+  for (const Case& k : golden_cases()) {
+    SCOPED_TRACE(k.name);
+    auto st = prefill(fx, k);
+    std::vector<std::vector<uint8_t>> rings;
+    for (int64_t s = 0; s < 3; ++s) rings.push_back(ring_bytes(st.draft_ring(s), *fx.be));
+    const model::Drafts d = fx.m->draft({{.state = &st, .anchor = k.anchor}});
+    EXPECT_EQ(d.ids, core::read_npy_ints(golden(k.name + "_ids.npy")));
+    const double lerr = rel_err(d.logits.download(), core::read_npy_f32(golden(k.name + "_logits.npy")));
+    const double cerr = rel_err(d.confidence, core::read_npy_f32(golden(k.name + "_confidence.npy")));
+    std::printf("[%s %s] draft logits rel err %.3g, confidence rel err %.3g\n", GetParam().c_str(), k.name.c_str(), lerr, cerr);
+    EXPECT_LE(lerr, 1e-4);
+    EXPECT_LE(cerr, 1e-4);
+    EXPECT_EQ(d.logits.size(), B * V);
+    EXPECT_EQ(st.length(), k.prompt);
+    for (int64_t s = 0; s < 3; ++s) EXPECT_EQ(ring_bytes(st.draft_ring(s), *fx.be), rings[static_cast<size_t>(s)]);
+  }
+}
+
+// Several requests in one draft give each one's draft alone, bit for bit.
+TEST_P(DsparkDraft, ABatchGivesEachRequestsDraft) {
+  DsparkModel fx(GetParam());
+  const int64_t B = fx.cfg().dspark_block_size, V = fx.cfg().vocab_size;
+  const std::vector<Case> cases = golden_cases();
+  std::vector<model::SequenceState> states;
+  for (const Case& k : cases) states.push_back(prefill(fx, k));
+  std::vector<model::DraftRequest> reqs;
+  for (size_t i = 0; i < cases.size(); ++i) reqs.push_back({.state = &states[i], .anchor = cases[i].anchor});
+  std::swap(reqs[0], reqs[2]);
+  const model::Drafts all = fx.m->draft(reqs);
+  const std::vector<float> all_logits = all.logits.download();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const model::Drafts one = fx.m->draft({reqs[i]});
+    const auto at = static_cast<std::ptrdiff_t>(i);
+    EXPECT_EQ(std::vector<int64_t>(all.ids.begin() + at * (B + 1), all.ids.begin() + (at + 1) * (B + 1)), one.ids) << i;
+    EXPECT_EQ(std::vector<float>(all.confidence.begin() + at * B, all.confidence.begin() + (at + 1) * B), one.confidence) << i;
+    EXPECT_EQ(std::vector<float>(all_logits.begin() + at * B * V, all_logits.begin() + (at + 1) * B * V), one.logits.download()) << i;
+  }
+}
+
+// Draws from the biased logits: temperature 0 is the greedy draft; a draw at temperature 1
+// feeds the token it drew to the next position's Markov bias (the first position's logits,
+// which only the anchor's bias enters, stay the same).
+TEST_P(DsparkDraft, DrawParamsChooseTheTokens) {
+  DsparkModel fx(GetParam());
+  const int64_t B = fx.cfg().dspark_block_size, V = fx.cfg().vocab_size;
+  const Case k = golden_cases()[2];
+  auto st = prefill(fx, k);
+  const model::Drafts greedy = fx.m->draft({{.state = &st, .anchor = k.anchor}});
+  std::vector<kernels::DrawParams> zero(static_cast<size_t>(B));
+  const model::Drafts zero_t = fx.m->draft({{.state = &st, .anchor = k.anchor, .draw = zero.data()}});
+  EXPECT_EQ(zero_t.ids, greedy.ids);
+  EXPECT_EQ(zero_t.logits.download(), greedy.logits.download());
+  std::vector<kernels::DrawParams> hot(static_cast<size_t>(B), kernels::DrawParams{.temperature = 1.0f, .u = 0.0});
+  const model::Drafts drawn = fx.m->draft({{.state = &st, .anchor = k.anchor, .draw = hot.data()}});
+  const std::vector<float> g = greedy.logits.download(), h = drawn.logits.download();
+  EXPECT_EQ(std::vector<float>(g.begin(), g.begin() + V), std::vector<float>(h.begin(), h.begin() + V));
+  ASSERT_NE(drawn.ids[1], greedy.ids[1]);  // u = 0 draws the lowest id with mass, not the argmax
+  EXPECT_NE(std::vector<float>(g.begin() + V, g.begin() + 2 * V), std::vector<float>(h.begin() + V, h.begin() + 2 * V));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dspark, DsparkDraft, ::testing::ValuesIn(deepinfer::testing::devices()), deepinfer::testing::device_name);
+
+TEST(DsparkDraftErrors, AnchorOutsideTheVocabulary) {
+  DsparkModel fx("cpu");
+  auto st = fx.m->new_state();
+  try {
+    fx.m->draft({{.state = &st, .anchor = 1024}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("draft: anchor token 1024 is outside the vocabulary [0, 1024)"));
+  }
+}
 
 TEST(DsparkWeights, SpeculationNeedsTheStages) {
   auto be = kernels::make_cpu_backend(1);
