@@ -61,6 +61,7 @@ struct MatmulArgs {
   int64_t w_row0 = 0;        // first weight row used
   int64_t groups = 1;
   int64_t x_group_stride = 0, y_group_stride = 0;  // columns between groups (groups > 1)
+  bool f32 = false;          // float32 math whatever the backend's precision (the DSpark confidence head)
 };
 
 // Several products of one x in one op (the projections that read the same activations):

@@ -21,8 +21,16 @@ std::string canonical_tensor_name(const std::string& stored) {
   std::string n = stored;
   if (n.rfind("model.", 0) == 0) n = n.substr(6);
   if (n == "lm_head.weight") return "head.weight";
-  for (const char* ignored : {"mtp.", "vision.", "aligner.", "image_"})
+  for (const char* ignored : {"vision.", "aligner.", "image_"})
     if (n.rfind(ignored, 0) == 0) return "";
+  // The Markov head's matrices under the name other ports give them.
+  if (n.rfind("mtp.", 0) == 0) {
+    for (const auto& [from, to] : {std::pair<const char*, const char*>{".markov_head.markov_w1.", ".markov_head.embed."},
+                                   {".markov_head.markov_w2.", ".markov_head.head."}}) {
+      const size_t at = n.find(from);
+      if (at != std::string::npos) n.replace(at, std::string(from).size(), to);
+    }
+  }
   return n;
 }
 

@@ -2,9 +2,10 @@
 // tensor names mapped to one canonical scheme.
 //
 // Canonical names are the release scheme: `embed.weight`, `layers.N.attn.wq_a.weight`,
-// `norm.weight`, `head.weight`. Transformers names (`model.` prefix, `lm_head.weight`) map
-// onto them. Tensors the text model never reads (`mtp.*`, `vision.*`, `aligner.*`,
-// `image_*`) are ignored.
+// `norm.weight`, `head.weight`, the DSpark draft stages' `mtp.S.*`. Transformers names
+// (`model.` prefix, `lm_head.weight`) map onto them, and so do the Markov head's matrices as
+// other ports name them (`mtp.S.markov_head.markov_w1` / `markov_w2` for `.embed` / `.head`).
+// Tensors the text model never reads (`vision.*`, `aligner.*`, `image_*`) are ignored.
 // Threading: read-only after open.
 #pragma once
 
@@ -18,7 +19,7 @@
 
 namespace deepinfer::loader {
 
-// Transformers or release name -> canonical name; "" for tensors the text model ignores.
+// Transformers or release name -> canonical name; "" for tensors the model ignores.
 std::string canonical_tensor_name(const std::string& stored);
 
 class Checkpoint {

@@ -250,6 +250,18 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
   r.get("num_nextn_predict_layers", &c.num_nextn_predict_layers);
   r.get("dspark_block_size", &c.dspark_block_size);
   r.get("dspark_noise_token_id", &c.dspark_noise_token_id);
+  r.get("dspark_markov_rank", &c.dspark_markov_rank);
+  r.get("dspark_n_routed_experts", &c.dspark_n_routed_experts);
+  // DeepSeek's own config spells the draft stages' top-k dspark_n_activated_experts.
+  if (r.has("dspark_num_experts_per_tok") && r.has("dspark_n_activated_experts")) {
+    int64_t a = 0, b = 0;
+    r.get("dspark_num_experts_per_tok", &a);
+    r.get("dspark_n_activated_experts", &b);
+    if (a != b)
+      r.fail("dspark_n_activated_experts", std::to_string(b) + " disagrees with dspark_num_experts_per_tok " + std::to_string(a));
+  }
+  r.get("dspark_num_experts_per_tok", &c.dspark_num_experts_per_tok);
+  r.get("dspark_n_activated_experts", &c.dspark_num_experts_per_tok);
   r.get("bos_token_id", &c.bos_token_id);
   r.get("tie_word_embeddings", &c.tie_word_embeddings);
   if (r.has("eos_token_id")) {
@@ -325,6 +337,9 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
   if (c.num_nextn_predict_layers > 0) {
     in_range(src, "dspark_block_size", c.dspark_block_size, 1, 1024);
     in_range(src, "dspark_noise_token_id", c.dspark_noise_token_id, 0, c.vocab_size - 1);
+    in_range(src, "dspark_markov_rank", c.dspark_markov_rank, 1, kMaxDim);
+    in_range(src, "dspark_n_routed_experts", c.dspark_n_routed_experts, 1, kMaxExperts);
+    in_range(src, "dspark_num_experts_per_tok", c.dspark_num_experts_per_tok, 1, c.dspark_n_routed_experts);
   }
   if (!c.engram_layer_ids.empty()) {
     in_range(src, "engram_max_ngram_size", c.engram_max_ngram_size, 2, kMaxEngramNgram);
@@ -368,6 +383,10 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
     else if (ratios[i] > kMaxRatio)
       r.fail("compress_ratios", "entry " + std::to_string(i) + " (" + std::to_string(ratios[i]) + ") must be <= " +
                                     std::to_string(kMaxRatio));
+  for (size_t i = static_cast<size_t>(n); i < ratios.size(); ++i)
+    if (ratios[i] != 0)
+      r.fail("compress_ratios", "entry " + std::to_string(i) + " (draft stage " + std::to_string(i - static_cast<size_t>(n)) +
+                                    ") is " + std::to_string(ratios[i]) + ", but the DSpark stages are window-only (0)");
   ratios.resize(static_cast<size_t>(n + n_nextn), 0);
   c.compress_ratios = ratios;
   std::vector<int64_t> backbone(ratios.begin(), ratios.begin() + n);
@@ -423,6 +442,12 @@ ModelConfig parse_config(const std::string& json_text, const std::string& src) {
   layer_ids(src, "kv_source_layer_ids", kv, n);
   layer_ids(src, "index_source_layer_ids", idx, n);
   layer_ids(src, "dspark_target_layer_ids", c.dspark_target_layer_ids, n);
+  if (!std::is_sorted(c.dspark_target_layer_ids.begin(), c.dspark_target_layer_ids.end()))
+    r.fail("dspark_target_layer_ids", list_str(c.dspark_target_layer_ids) +
+                                          " must be in layer order (main_proj reads the taps concatenated in that order)");
+  if (n_nextn > 0 && c.dspark_target_layer_ids.empty())
+    r.fail("dspark_target_layer_ids", "is empty, but the draft stages (num_nextn_predict_layers " + std::to_string(n_nextn) +
+                                          ") read the hidden states of these layers");
 
   // --- implicit constraints the forward relies on ---
   for (int64_t i = 0; i < n; ++i) {

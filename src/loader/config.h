@@ -86,7 +86,10 @@ struct ModelConfig {
   int64_t num_nextn_predict_layers = 3;
   int64_t dspark_block_size = 5;
   int64_t dspark_noise_token_id = 128799;
-  std::vector<int64_t> dspark_target_layer_ids;
+  std::vector<int64_t> dspark_target_layer_ids;  // taps: layers whose input (hc mean) conditions the drafts
+  int64_t dspark_markov_rank = 256;              // the Markov head's transition rank
+  int64_t dspark_n_routed_experts = 128;         // each stage's own experts
+  int64_t dspark_num_experts_per_tok = 3;        // (the official config's dspark_n_activated_experts)
   // tokens
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1;

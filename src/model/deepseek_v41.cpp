@@ -14,12 +14,16 @@ using kernels::FakeQuant;
 
 DeepseekV41::DeepseekV41(loader::ModelConfig config, Weights weights, kernels::Backend& backend,
                          std::shared_ptr<const EngramHasher> engram, ModelOptions options)
-    : cfg_(std::move(config)), w_(std::move(weights)), be_(backend), engram_(std::move(engram)) {
+    : cfg_(std::move(config)), w_(std::move(weights)), be_(backend), engram_(std::move(engram)), dspark_(options.dspark) {
   rope_main_.inv_freq = rope_inv_freq(cfg_.rope_main, cfg_.qk_rope_head_dim, cfg_.max_position_embeddings);
   rope_compress_.inv_freq = rope_inv_freq(cfg_.rope_compress, cfg_.qk_rope_head_dim, cfg_.max_position_embeddings);
   if (!cfg_.engram_layer_ids.empty() && !engram_)
     throw Error("config.json: field 'engram_layer_ids': Engram layers need the tokenizer-derived hash state "
                 "(tokenizer.json in the checkpoint directory)");
+  if (dspark_ && !w_.has_draft)
+    throw Error(cfg_.num_nextn_predict_layers == 0
+                    ? "DSpark speculative decoding needs the draft stages, but config.json's num_nextn_predict_layers is 0"
+                    : "DSpark speculative decoding needs the draft stages, but the checkpoint has no mtp.* tensors");
   const int64_t D = cfg_.hidden_size, hc = cfg_.hc_mult;
   for (int64_t l : cfg_.engram_layer_ids) {
     const EngramWeights& e = w_.layers[static_cast<size_t>(l)].engram;
@@ -72,6 +76,11 @@ void DeepseekV41::rope_rows(float* x, int64_t rows, int64_t heads, int64_t head_
             .rope_dim = cfg_.qk_rope_head_dim, .inverse = inverse});
 }
 
+const LayerWeights& DeepseekV41::block(int64_t l) const {
+  const int64_t L = cfg_.num_hidden_layers;
+  return l < L ? w_.layers[static_cast<size_t>(l)] : w_.draft.stages[static_cast<size_t>(l - L)];
+}
+
 int64_t DeepseekV41::late_layer_start() const {
   if (cfg_.kv_source_layer_ids.empty()) return cfg_.num_hidden_layers;
   return *std::max_element(cfg_.kv_source_layer_ids.begin(), cfg_.kv_source_layer_ids.end()) + 1;
@@ -84,6 +93,7 @@ void DeepseekV41::embed(ForwardBatch& b, kernels::Uploads& up) {
   std::vector<float> one_hot(static_cast<size_t>(np * hc), 0.0f);
   for (int64_t i = 0; i < np; ++i) one_hot[static_cast<size_t>(i * hc)] = 1.0f;
   up.add(b.pre, one_hot);
+  if (dspark_) tap_layout(b, up);
   up.send();
   // Streams: the embedding copied into every hc stream (padding rows zero). [n_pad, hc, D]
   b.X.resize(np * hc * D);
@@ -146,6 +156,14 @@ std::vector<Stage> DeepseekV41::layer_program(ForwardBatch& b) {
     p.insert(p.begin() + static_cast<std::ptrdiff_t>(wait), Stage{.run = [this] { be_.await_uploads(); }});
     p.insert(p.begin() + static_cast<std::ptrdiff_t>(send), Stage{.run = [this, &b] { stage_engram(b); }});
   }
+  if (dspark_) {
+    p.push_back({.graphable = true, .run = [this, &b] {
+                   if (b.n > 0) draft_keys(b);
+                 }});
+    p.push_back({.run = [this, &b] {
+      if (b.n > 0) fill_draft_rings(b);
+    }});
+  }
   return p;
 }
 
@@ -196,9 +214,10 @@ std::pair<const float*, const float*> DeepseekV41::rope_of(int64_t l, const Forw
 void DeepseekV41::attention_in(int64_t l, ForwardBatch& b) {
   const int64_t n = b.n_pad;
   const auto& c = cfg_;
-  const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  const LayerWeights& L = block(l);
   const AttentionWeights& A = L.attn;
   const int64_t hd = c.head_dim, ratio = c.ratio(l);
+  if (dspark_) tap(l, b);
   mhc_site(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.a_pre.data(), b.a_post.data(), b.a_comb.data(), b.pre.data(),
            L.attn_norm, b, n);
   const float* xn = b.xn.data();
@@ -240,7 +259,7 @@ void DeepseekV41::attention_in(int64_t l, ForwardBatch& b) {
 void DeepseekV41::attention_out_and_ffn(int64_t l, ForwardBatch& b) {
   const int64_t n = b.n_pad;
   const auto& c = cfg_;
-  const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  const LayerWeights& L = block(l);
   const AttentionWeights& A = L.attn;
   const int64_t D = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads, hd = c.head_dim;
   // The grouped low-rank projection of the output (the attention removed the query's rotation).

@@ -38,6 +38,22 @@
 
 namespace deepinfer::model {
 
+// One sequence's DSpark draft (DeepseekV41::draft): the target has processed positions
+// [0, state->length()), so its stages' rings hold their keys, and chose `anchor` for the next.
+struct DraftRequest {
+  SequenceState* state = nullptr;
+  int64_t anchor = 0;
+  // Host [dspark_block_size]: how each drafted token is drawn from its biased logits (as
+  // Backend::sample_rows draws); null: greedy (the largest, ties to the lowest id).
+  const kernels::DrawParams* draw = nullptr;
+};
+// Every request's draft block, in request order. B = dspark_block_size.
+struct Drafts {
+  std::vector<int64_t> ids;         // host [requests, B + 1]: the anchor, then the B drafted tokens
+  std::vector<float> confidence;    // host [requests, B] fp32: the confidence head's raw logits
+  kernels::Buf<float> logits;       // backend [requests, B, vocab] fp32: the Markov-biased logits each was drawn from
+};
+
 // Model options the engine sets at load.
 struct ModelOptions {
   // Device backends: the Engram hash-bucket tables stay in host memory (mapped or host-made) and
@@ -46,6 +62,10 @@ struct ModelOptions {
   bool engram_tables_on_host = true;
   // Host backends (tests): read the tables through the same staged rows a device backend uses.
   bool stage_engram_rows = false;
+  // DSpark speculative decoding: every forward also takes the taps and fills the draft stages'
+  // rings (SequenceState::draft_ring), and draft() may be called. Needs the draft stages'
+  // weights (an Error otherwise).
+  bool dspark = false;
 };
 
 class DeepseekV41 {
@@ -76,6 +96,15 @@ class DeepseekV41 {
   std::vector<Stage> layer_program(ForwardBatch& b);
   // The head: logits [rows.size(), vocab] fp32 of b's rows `rows` (after the layer program).
   kernels::Buf<float> logits(ForwardBatch& b, const std::vector<int32_t>& rows);
+  // Whether forwards fill the draft stages' rings (ModelOptions.dspark).
+  bool dspark() const { return dspark_; }
+  // The DSpark draft of every request at once (spec section 3.11; needs ModelOptions.dspark):
+  // the block [anchor, noise x (B-1)] at positions length() ... length() + B - 1 through the
+  // draft stages, each attending over its ring and the whole block (no causal mask inside it),
+  // then the heads: logits of the last stage's collapsed rows, plus the Markov head's bias from
+  // the previous token, drawn position by position; confidence from the collapsed row and the
+  // previous token's Markov embedding, in float32. Reads the states, changes none of them.
+  Drafts draft(const std::vector<DraftRequest>& reqs);
 
  private:
   // Pointers below are backend memory unless they say host.
@@ -86,6 +115,11 @@ class DeepseekV41 {
   void attention_in(int64_t layer, ForwardBatch& b);
   void attention(int64_t layer, ForwardBatch& b);
   void attention_out_and_ffn(int64_t layer, ForwardBatch& b);
+  // Block l's weights: backbone layer l, or (l >= num_hidden_layers) draft stage l - L.
+  const LayerWeights& block(int64_t l) const;
+  // A draft stage's attention (block l = L + stage): every query of a sequence's block sees its
+  // ring and every row of its block.
+  void draft_attention(int64_t l, ForwardBatch& b);
   // One mHC site: its mixes (into pre, post, comb) from the streams b.X, then the streams
   // collapsed with `collapse_pre` and RMS-normalised with `norm` into b.xn.
   void mhc_site(const Mat& fn, const float* scale, const float* base, float* pre, float* post, float* comb,
@@ -142,6 +176,15 @@ class DeepseekV41 {
   // Every row of each cache as float32 into its destination (backend memory, [size, dim]),
   // in one op per stored format (window rings, compressed KV, indexer keys).
   void read_rows(const std::vector<std::pair<const PackedRows*, float*>>& reads);
+  // DSpark (dspark.cpp). The tap of layer l's input (the hc mean, after its Engram) into b.taps
+  // (graphable; a no-op for other layers).
+  void tap(int64_t layer, ForwardBatch& b);
+  // b.taps' layout for b.n_pad rows: its size and the uploads of tap_pre and tap_concat.
+  void tap_layout(ForwardBatch& b, kernels::Uploads& up);
+  // main_x of every row from its taps, then each stage's keys into b.dkv (graphable).
+  void draft_keys(ForwardBatch& b);
+  // Each sequence's last rows' keys into its stages' rings, which keep sliding_window (eager).
+  void fill_draft_rings(ForwardBatch& b);
   void rms(const float* x, const float* w, float* y, int64_t rows, int64_t dim);
   void linear(const float* x, int64_t rows, const Mat& w, float* y);
   // Products of one x (the projections that read the same activations), in one backend op.
@@ -155,6 +198,7 @@ class DeepseekV41 {
   std::vector<kernels::Buf<float>> engram_qk_;  // per engram layer: q_weight * k_weight [hc, D]
   std::vector<kernels::WeightView> engram_tables_;  // per engram layer: its table, where it is read
   bool engram_staged_ = false;  // Engram tables in host memory, read through staged rows
+  bool dspark_ = false;         // ModelOptions.dspark
 };
 
 template <class T>

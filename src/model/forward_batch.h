@@ -42,7 +42,7 @@ struct ForwardBatch {
   explicit ForwardBatch(kernels::Backend& b)
       : be(&b), d_pos(b), d_tok(b), cos_main(b), sin_main(b), cos_comp(b), sin_comp(b), engram(b), X(b), pre(b), a_pre(b),
         a_post(b), a_comb(b), f_post(b), f_comb(b), xc(b), xn(b), y(b), q(b), kv(b), ckv(b), cgate(b), iq(b), iw(b), o(b),
-        kv_codes(b), kv_scales(b) {}
+        kv_codes(b), kv_scales(b), taps(b), tap_pre(b), tap_concat(b), dkv(b), dkv_codes(b), dkv_scales(b) {}
   ForwardBatch(const ForwardBatch&) = delete;
   ForwardBatch& operator=(const ForwardBatch&) = delete;
   kernels::Backend* be;
@@ -70,6 +70,13 @@ struct ForwardBatch {
   kernels::Buf<float> X, pre, a_pre, a_post, a_comb, f_post, f_comb, xc, xn, y;
   kernels::Buf<float> q, kv, ckv, cgate, iq, iw, o;
   kernels::Buf<uint8_t> kv_codes, kv_scales;  // the window entries' FP8 codes and scales
+  // DSpark (a model made with ModelOptions.dspark): the taps (the hc mean of each
+  // dspark_target_layer_ids layer's input), then the draft stages' keys of every row.
+  kernels::Buf<float> taps;              // [taps, n_pad, D] tap-major
+  kernels::Buf<float> tap_pre;           // [n_pad, hc] 1/hc: the mean as a collapse
+  kernels::Buf<int32_t> tap_concat;      // [n_pad * taps] row of `taps` for row r's tap t at r * taps + t
+  kernels::Buf<float> dkv;               // [stages, n_pad, hd] each stage's keys (post-RoPE, post-FP8)
+  kernels::Buf<uint8_t> dkv_codes, dkv_scales;  // [stages, n_pad, hd], [stages, n_pad, hd / 32] their FP8 form
 
   // Empties the layout for a new forward (buffers keep their memory).
   void clear();

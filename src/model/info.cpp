@@ -114,6 +114,10 @@ std::string describe(const loader::ModelConfig& c) {
     << ", norms " << human(static_cast<double>(p.norms)) << "\n";
   o << "  routed experts " << human(static_cast<double>(p.routed_experts)) << ", shared experts "
     << human(static_cast<double>(p.shared_experts)) << ", router " << human(static_cast<double>(p.router)) << "\n";
+  if (c.num_nextn_predict_layers > 0)
+    o << "DSpark draft stages: " << c.num_nextn_predict_layers << " (" << c.dspark_n_routed_experts << " experts, top "
+      << c.dspark_num_experts_per_tok << "; block " << c.dspark_block_size << ", Markov rank " << c.dspark_markov_rank
+      << "), " << human(static_cast<double>(p.draft)) << " parameters when the checkpoint has them\n";
   StateBytes b = state_bytes(c);
   o << "state per sequence, as stored: windows " << human(b.fixed_stored) << "B + " << b.per_token_stored
     << " B/token (FP8 windows, FP4 compressed KV and indexer keys; float32 would be " << human(b.fixed_fp32) << "B + "

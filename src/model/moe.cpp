@@ -13,8 +13,11 @@ using kernels::FakeQuant;
 
 void DeepseekV41::moe(int64_t l, const float* xn, int64_t n, float* y, const kernels::HcExpandArgs& expand) {
   const auto& c = cfg_;
-  const MoeWeights& F = w_.layers[static_cast<size_t>(l)].ffn;
-  const int64_t D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, I = c.moe_intermediate_size;
+  const MoeWeights& F = block(l).ffn;
+  const bool draft = l >= c.num_hidden_layers;  // a draft stage: its own experts
+  const int64_t D = c.hidden_size, I = c.moe_intermediate_size;
+  const int64_t E = draft ? c.dspark_n_routed_experts : c.n_routed_experts;
+  const int64_t K = draft ? c.dspark_num_experts_per_tok : c.num_experts_per_tok;
   // The shared expert (expert E of F's tables) runs as one more expert of the grouped products
   // when it is stored like the routed ones (a backend's fast grouped path takes one format);
   // otherwise (a release checkpoint: FP4 experts, an FP8 shared expert) as dense products, its

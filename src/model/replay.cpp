@@ -45,12 +45,26 @@ void DeepseekV41::compact_to_tail(ForwardBatch& b) {
   be_.gather_rows({.src = b.pre.data(), .idx = d_kept.data(), .dst = pre2.data(), .rows = n, .width = hc});
   b.X = std::move(X2);
   b.pre = std::move(pre2);
+  // DSpark: the taps of the early layers taken so far, kept for the same rows.
+  if (dspark_) {
+    const int64_t taps = static_cast<int64_t>(cfg_.dspark_target_layer_ids.size());
+    std::vector<int32_t> rows_of(static_cast<size_t>(taps * n));
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t i = 0; i < n; ++i)
+        rows_of[static_cast<size_t>(t * n + i)] = static_cast<int32_t>(t * b.n_pad) + kept[static_cast<size_t>(i)];
+    kernels::Buf<int32_t> d_rows(be_);
+    d_rows.upload(rows_of);
+    kernels::Buf<float> taps2(be_, taps * n * D);
+    be_.gather_rows({.src = b.taps.data(), .idx = d_rows.data(), .dst = taps2.data(), .rows = taps * n, .width = D});
+    b.taps = std::move(taps2);
+  }
   b.hash_ids = std::move(hashes);
   b.pos = std::move(pos);
   b.n = n;
   b.n_pad = n;
   kernels::Uploads up(be_);
   b.set_positions(rope_main_, rope_compress_, up);
+  if (dspark_) tap_layout(b, up);
   up.send();
   // The tails' Engram rows for the Engram layers still to run, in place of the step's.
   const auto& el = cfg_.engram_layer_ids;

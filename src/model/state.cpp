@@ -71,12 +71,14 @@ int64_t PackedRows::bytes() const {
 
 SequenceState::SequenceState(const loader::ModelConfig& c, kernels::Backend& be)
     : windows_(static_cast<size_t>(c.num_hidden_layers)), config_(&c), be_(&be), sources_(static_cast<size_t>(c.num_hidden_layers)) {
+  draft_rings_.resize(static_cast<size_t>(c.num_nextn_predict_layers));
   reset();
 }
 
 int64_t SequenceState::bytes() const {
   int64_t b = 0;
   for (const auto& w : windows_) b += w.kv.bytes() + static_cast<int64_t>(w.pos.size() * sizeof(int64_t));
+  for (const auto& w : draft_rings_) b += w.kv.bytes() + static_cast<int64_t>(w.pos.size() * sizeof(int64_t));
   for (const auto& s : sources_) b += (s.buf_kv.size() + s.buf_gate.size()) * 4 + s.comp.bytes() + s.index_k.bytes();
   b += static_cast<int64_t>(engram_history_.size() * sizeof(int32_t));
   return b;
@@ -87,6 +89,7 @@ void SequenceState::reset() {
   const auto& c = *config_;
   kernels::Backend& be = *be_;
   for (auto& w : windows_) w = WindowRing{PackedRows(be, kernels::FakeQuant::kFp8Pow2, c.head_dim, 32), {}};
+  for (auto& w : draft_rings_) w = WindowRing{PackedRows(be, kernels::FakeQuant::kFp8Pow2, c.head_dim, 32), {}};
   for (size_t l = 0; l < sources_.size(); ++l) {
     SourceState& s = sources_[l];
     s = SourceState{};

@@ -7,6 +7,9 @@
 //   - every KV source: the compressor's partial-group buffers (ratio > 1), the compressed
 //     KV entries (post-RoPE, post-FP4) and, when it owns indexer keys, those keys;
 //   - Engram's history of compressed token ids by absolute position;
+//   - every DSpark draft stage: the ring of the last window main-stream keys (post-RoPE,
+//     post-FP8) its draft block attends over, with their positions (filled by forwards of a
+//     model made with ModelOptions.dspark; empty otherwise);
 //   - the number of tokens processed.
 // The engine's cache manager will own these objects (allocation, budget, rollback).
 // Invariants: window entries are contiguous positions ending at length()-1; a source's
@@ -92,6 +95,8 @@ class SequenceState {
   void advance(int64_t n) { length_ += n; }
   WindowRing& window(int64_t layer) { return windows_[static_cast<size_t>(layer)]; }
   SourceState& source(int64_t layer) { return sources_[static_cast<size_t>(layer)]; }
+  // DSpark stage `stage`'s ring: at most sliding_window entries, oldest first.
+  WindowRing& draft_ring(int64_t stage) { return draft_rings_[static_cast<size_t>(stage)]; }
   // Engram: compressed token id by absolute position (-1 = no live token there).
   std::vector<int32_t>& engram_history() { return engram_history_; }
   // Bytes held now (packed formats where the model rounds, float32 elsewhere).
@@ -105,6 +110,7 @@ class SequenceState {
   kernels::Backend* be_ = nullptr;
   std::vector<SourceState> sources_;  // indexed by layer; used only for KV sources
   std::vector<int32_t> engram_history_;
+  std::vector<WindowRing> draft_rings_;  // [num_nextn_predict_layers]
 };
 
 }  // namespace deepinfer::model

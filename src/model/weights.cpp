@@ -30,72 +30,89 @@ struct Visitor {
   }
 };
 
-void visit(const ModelConfig& c, Weights& w, const Visitor& v) {
+// One block's tensors under `p`: backbone layer i, or (i >= L) a draft stage: window-only (no
+// compressor, indexer or Engram) with its own experts.
+void visit_block(const ModelConfig& c, int64_t i, const std::string& p, LayerWeights& L, const Visitor& v) {
   const int64_t D = c.hidden_size, H = c.num_attention_heads, hd = c.head_dim, hc = c.hc_mult;
   const int64_t mix = (2 + hc) * hc;
-  v.mat("embed.weight", c.vocab_size, D, &w.embed, false);
-  w.layers.resize(static_cast<size_t>(c.num_hidden_layers));
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    LayerWeights& L = w.layers[static_cast<size_t>(i)];
-    const std::string p = "layers." + std::to_string(i) + ".";
-    v.vec(p + "attn_norm.weight", D, &L.attn_norm, 0);
-    v.vec(p + "ffn_norm.weight", D, &L.ffn_norm, 0);
-    if (c.has_engram(i)) {
-      const size_t j = static_cast<size_t>(std::find(c.engram_layer_ids.begin(), c.engram_layer_ids.end(), i) -
-                                           c.engram_layer_ids.begin());
-      const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
-      L.has_engram = true;
-      v.mat(p + "engram.embed.weight", c.engram_num_embeddings[j], c.engram_head_dim, &L.engram.table, false);
-      v.mat(p + "engram.wkv.weight", D * (hc + 1), cols * c.engram_head_dim, &L.engram.wkv, false);
-      v.vec2(p + "engram.q_weight", hc, D, &L.engram.q_weight);
-      v.vec2(p + "engram.k_weight", hc, D, &L.engram.k_weight);
-    }
-    v.mat(p + "hc_attn_fn", mix, hc * D, &L.hc_attn_fn, true);
-    v.vec(p + "hc_attn_base", mix, &L.hc_attn_base, 1);
-    v.vec(p + "hc_attn_scale", 3, &L.hc_attn_scale, 2);
-    v.mat(p + "hc_ffn_fn", mix, hc * D, &L.hc_ffn_fn, true);
-    v.vec(p + "hc_ffn_base", mix, &L.hc_ffn_base, 1);
-    v.vec(p + "hc_ffn_scale", 3, &L.hc_ffn_scale, 2);
-    AttentionWeights& A = L.attn;
-    const std::string a = p + "attn.";
-    v.mat(a + "wq_a.weight", c.q_lora_rank, D, &A.wq_a, false);
-    v.vec(a + "q_norm.weight", c.q_lora_rank, &A.q_norm, 0);
-    v.mat(a + "wq_b.weight", H * hd, c.q_lora_rank, &A.wq_b, false);
-    v.mat(a + "wkv.weight", hd, D, &A.wkv, false);
-    v.vec(a + "kv_norm.weight", hd, &A.kv_norm, 0);
-    v.mat(a + "wo_a.weight", c.o_groups * c.o_lora_rank, H * hd / c.o_groups, &A.wo_a, false);
-    v.mat(a + "wo_b.weight", D, c.o_groups * c.o_lora_rank, &A.wo_b, false);
-    v.vec(a + "attn_sink", H, &A.attn_sink, 1);
+  const bool draft = i >= c.num_hidden_layers;
+  v.vec(p + "attn_norm.weight", D, &L.attn_norm, 0);
+  v.vec(p + "ffn_norm.weight", D, &L.ffn_norm, 0);
+  if (c.has_engram(i)) {
+    const size_t j = static_cast<size_t>(std::find(c.engram_layer_ids.begin(), c.engram_layer_ids.end(), i) -
+                                         c.engram_layer_ids.begin());
+    const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+    L.has_engram = true;
+    v.mat(p + "engram.embed.weight", c.engram_num_embeddings[j], c.engram_head_dim, &L.engram.table, false);
+    v.mat(p + "engram.wkv.weight", D * (hc + 1), cols * c.engram_head_dim, &L.engram.wkv, false);
+    v.vec2(p + "engram.q_weight", hc, D, &L.engram.q_weight);
+    v.vec2(p + "engram.k_weight", hc, D, &L.engram.k_weight);
+  }
+  v.mat(p + "hc_attn_fn", mix, hc * D, &L.hc_attn_fn, true);
+  v.vec(p + "hc_attn_base", mix, &L.hc_attn_base, 1);
+  v.vec(p + "hc_attn_scale", 3, &L.hc_attn_scale, 2);
+  v.mat(p + "hc_ffn_fn", mix, hc * D, &L.hc_ffn_fn, true);
+  v.vec(p + "hc_ffn_base", mix, &L.hc_ffn_base, 1);
+  v.vec(p + "hc_ffn_scale", 3, &L.hc_ffn_scale, 2);
+  AttentionWeights& A = L.attn;
+  const std::string a = p + "attn.";
+  v.mat(a + "wq_a.weight", c.q_lora_rank, D, &A.wq_a, false);
+  v.vec(a + "q_norm.weight", c.q_lora_rank, &A.q_norm, 0);
+  v.mat(a + "wq_b.weight", H * hd, c.q_lora_rank, &A.wq_b, false);
+  v.mat(a + "wkv.weight", hd, D, &A.wkv, false);
+  v.vec(a + "kv_norm.weight", hd, &A.kv_norm, 0);
+  v.mat(a + "wo_a.weight", c.o_groups * c.o_lora_rank, H * hd / c.o_groups, &A.wo_a, false);
+  v.mat(a + "wo_b.weight", D, c.o_groups * c.o_lora_rank, &A.wo_b, false);
+  v.vec(a + "attn_sink", H, &A.attn_sink, 1);
+  if (c.is_kv_source(i)) {
+    v.mat(a + "compressor.wkv.weight", hd, D, &A.c_wkv, false);
+    if (c.ratio(i) > 1) v.mat(a + "compressor.wgate.weight", hd, D, &A.c_wgate, false);
+    v.vec(a + "compressor.norm.weight", hd, &A.c_norm, 0);
+  }
+  if (c.is_index_source(i)) {
+    v.mat(a + "indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank, &A.i_wq_b, false);
+    v.mat(a + "indexer.weights_proj.weight", c.index_n_heads, D, &A.i_weights_proj, false);
     if (c.is_kv_source(i)) {
-      v.mat(a + "compressor.wkv.weight", hd, D, &A.c_wkv, false);
-      if (c.ratio(i) > 1) v.mat(a + "compressor.wgate.weight", hd, D, &A.c_wgate, false);
-      v.vec(a + "compressor.norm.weight", hd, &A.c_norm, 0);
-    }
-    if (c.is_index_source(i)) {
-      v.mat(a + "indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank, &A.i_wq_b, false);
-      v.mat(a + "indexer.weights_proj.weight", c.index_n_heads, D, &A.i_weights_proj, false);
-      if (c.is_kv_source(i)) {
-        v.mat(a + "indexer.wk.weight", c.index_head_dim, hd, &A.i_wk, false);
-        v.vec(a + "indexer.k_norm.weight", c.index_head_dim, &A.i_k_norm, 0);
-      }
-    }
-    MoeWeights& F = L.ffn;
-    const std::string f = p + "ffn.";
-    const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
-    v.mat(f + "gate.weight", E, D, &F.gate, false);
-    v.vec(f + "gate.bias", E, &F.bias, 1);
-    F.w1.resize(static_cast<size_t>(E) + 1);
-    F.w2.resize(static_cast<size_t>(E) + 1);
-    F.w3.resize(static_cast<size_t>(E) + 1);
-    for (int64_t e = 0; e <= E; ++e) {  // the routed experts, then the shared one
-      const std::string x = e < E ? f + "experts." + std::to_string(e) + "." : f + "shared_experts.";
-      v.mat(x + "w1.weight", I, D, &F.w1[e], false);
-      v.mat(x + "w2.weight", D, I, &F.w2[e], false);
-      v.mat(x + "w3.weight", I, D, &F.w3[e], false);
+      v.mat(a + "indexer.wk.weight", c.index_head_dim, hd, &A.i_wk, false);
+      v.vec(a + "indexer.k_norm.weight", c.index_head_dim, &A.i_k_norm, 0);
     }
   }
+  MoeWeights& F = L.ffn;
+  const std::string f = p + "ffn.";
+  const int64_t E = draft ? c.dspark_n_routed_experts : c.n_routed_experts, I = c.moe_intermediate_size;
+  v.mat(f + "gate.weight", E, D, &F.gate, false);
+  v.vec(f + "gate.bias", E, &F.bias, 1);
+  F.w1.resize(static_cast<size_t>(E) + 1);
+  F.w2.resize(static_cast<size_t>(E) + 1);
+  F.w3.resize(static_cast<size_t>(E) + 1);
+  for (int64_t e = 0; e <= E; ++e) {  // the routed experts, then the shared one
+    const std::string x = e < E ? f + "experts." + std::to_string(e) + "." : f + "shared_experts.";
+    v.mat(x + "w1.weight", I, D, &F.w1[e], false);
+    v.mat(x + "w2.weight", D, I, &F.w2[e], false);
+    v.mat(x + "w3.weight", I, D, &F.w3[e], false);
+  }
+}
+
+// Every tensor: the backbone's, then (w.has_draft) the draft stages'.
+void visit(const ModelConfig& c, Weights& w, const Visitor& v) {
+  const int64_t D = c.hidden_size, L = c.num_hidden_layers;
+  v.mat("embed.weight", c.vocab_size, D, &w.embed, false);
+  w.layers.resize(static_cast<size_t>(L));
+  for (int64_t i = 0; i < L; ++i) visit_block(c, i, "layers." + std::to_string(i) + ".", w.layers[static_cast<size_t>(i)], v);
   v.vec("norm.weight", D, &w.norm, 0);
   v.mat("head.weight", c.vocab_size, D, &w.head, false);
+  if (!w.has_draft) return;
+  DraftWeights& d = w.draft;
+  const int64_t S = c.num_nextn_predict_layers, taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+  d.stages.resize(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) visit_block(c, L + s, "mtp." + std::to_string(s) + ".", d.stages[static_cast<size_t>(s)], v);
+  v.mat("mtp.0.main_proj.weight", D, taps * D, &d.main_proj, false);
+  v.vec("mtp.0.main_norm.weight", D, &d.main_norm, 0);
+  const std::string last = "mtp." + std::to_string(S - 1) + ".";
+  v.vec(last + "norm.weight", D, &d.norm, 0);
+  v.mat(last + "markov_head.embed.weight", c.vocab_size, c.dspark_markov_rank, &d.markov_embed, false);
+  v.mat(last + "markov_head.head.weight", c.vocab_size, c.dspark_markov_rank, &d.markov_head, false);
+  v.vec2(last + "confidence_head.proj.weight", 1, D + c.dspark_markov_rank, &d.confidence);
 }
 
 float* own(Weights& w, int64_t n) {
@@ -251,6 +268,7 @@ const float* fetch_vec(const loader::Checkpoint& ck, Weights& w, const std::stri
 
 void for_each_tensor(const ModelConfig& c, const std::function<void(const TensorSpec&)>& f) {
   Weights dummy;
+  dummy.has_draft = c.num_nextn_predict_layers > 0;
   Visitor v;
   v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat*, bool need_f32) {
     f(TensorSpec{name, r, cols, true, need_f32});
@@ -291,13 +309,14 @@ CheckpointPlacement checkpoint_placement(const loader::Checkpoint& ck, const loa
   return p;
 }
 
-int64_t Weights::stored_bytes() const {
+namespace {
+
+// Stored bytes of the matrices of blocks `layers`.
+int64_t block_bytes(const std::vector<LayerWeights>& layers) {
   int64_t b = 0;
   auto add = [&](const Mat& m) {
     if (m) b += kernels::weight_bytes(m);
   };
-  add(embed);
-  add(head);
   for (const auto& L : layers) {
     add(L.hc_attn_fn);
     add(L.hc_ffn_fn);
@@ -311,9 +330,34 @@ int64_t Weights::stored_bytes() const {
   return b;
 }
 
+int64_t draft_bytes(const Weights& w) {
+  if (!w.has_draft) return 0;
+  const DraftWeights& d = w.draft;
+  int64_t b = block_bytes(d.stages);
+  for (const Mat* m : {&d.main_proj, &d.markov_embed, &d.markov_head})
+    if (*m) b += kernels::weight_bytes(*m);
+  return b;
+}
+
+}  // namespace
+
+int64_t Weights::stored_bytes() const {
+  int64_t b = block_bytes(layers) + draft_bytes(*this);
+  for (const Mat* m : {&embed, &head})
+    if (*m) b += kernels::weight_bytes(*m);
+  return b;
+}
+
+bool checkpoint_has_draft(const loader::Checkpoint& ck) {
+  if (ck.config().num_nextn_predict_layers == 0) return false;
+  const auto it = ck.tensors().lower_bound("mtp.");
+  return it != ck.tensors().end() && it->first.rfind("mtp.", 0) == 0;
+}
+
 Weights load_weights(const loader::Checkpoint& ck) {
   const ModelConfig& c = ck.config();
   Weights w;
+  w.has_draft = checkpoint_has_draft(ck);
   Visitor v;
   v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat* m, bool need_f32) {
     *m = fetch_mat(ck, w, name, r, cols, need_f32);
@@ -377,6 +421,7 @@ Weights random_weights(const ModelConfig& c, uint64_t seed, kernels::Backend* de
     return random_weights_on(c, seed, *device, matmul_format, kRandomChunkFloats, engram_tables_on_host);
   // On the host: every tensor in float32, converted afterwards.
   Weights w;
+  w.has_draft = c.num_nextn_predict_layers > 0;
   uint64_t tensor_id = 0;
   auto make = [&](int64_t n, float mean, float std) {
     const uint64_t stream = tensor_stream(seed, ++tensor_id);
@@ -404,6 +449,7 @@ Weights random_weights_on(const ModelConfig& c, uint64_t seed, kernels::Backend&
   DI_CHECK(release || matmul_format == kernels::WeightFormat::kF32 || matmul_format == kernels::WeightFormat::kBF16,
            "random weights on a backend are float32 or bf16 without a quantization_config");
   Weights w;
+  w.has_draft = c.num_nextn_predict_layers > 0;
   w.on_backend = !be.host_memory();
   // Host tables on a host backend too (the same bytes; the tests compare the two paths).
   const bool host_tables = engram_tables_on_host;
@@ -469,11 +515,11 @@ void for_each_tensor(const ModelConfig& c, Weights& w, const std::function<void(
 
 kernels::WeightFormat release_format(const std::string& name) {
   auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
-  if (name == "embed.weight" || name == "head.weight") return kernels::WeightFormat::kBF16;
+  if (name == "embed.weight" || name == "head.weight" || has(".markov_head.")) return kernels::WeightFormat::kBF16;
   if (has(".engram.embed.")) return kernels::WeightFormat::kFP8Row32;
   if (has(".ffn.experts.")) return kernels::WeightFormat::kMXFP4;
   if (has(".engram.wkv.") || has(".shared_experts.") || has(".indexer.wq_b.") || has(".attn.wq_a.") ||
-      has(".attn.wq_b.") || has(".attn.wkv.") || has(".attn.wo_a.") || has(".attn.wo_b."))
+      has(".attn.wq_b.") || has(".attn.wkv.") || has(".attn.wo_a.") || has(".attn.wo_b.") || has(".main_proj."))
     return kernels::WeightFormat::kFP8Block32;
   return kernels::WeightFormat::kF32;
 }
@@ -546,7 +592,8 @@ int64_t active_weight_bytes(const ModelConfig& c, const Weights& w) {
     }
   }
   const int64_t embed = kernels::weight_bytes(w.embed);
-  return w.stored_bytes() - experts + experts / std::max<int64_t>(1, c.n_routed_experts) * c.num_experts_per_tok - embed +
+  return w.stored_bytes() - draft_bytes(w) - experts +
+         experts / std::max<int64_t>(1, c.n_routed_experts) * c.num_experts_per_tok - embed +
          embed / std::max<int64_t>(1, c.vocab_size) - tables + table_rows;
 }
 
@@ -607,10 +654,12 @@ int64_t ParamCounts::active_per_token(const ModelConfig& c) const {
 ParamCounts count_params(const ModelConfig& c) {
   ParamCounts pc;
   Weights dummy;
+  dummy.has_draft = c.num_nextn_predict_layers > 0;
   Visitor v;
   v.mat = [&](const std::string& name, int64_t r, int64_t cols, Mat*, bool) {
     const int64_t n = r * cols;
-    if (name == "embed.weight") pc.embed += n;
+    if (name.rfind("mtp.", 0) == 0) pc.draft += n;
+    else if (name == "embed.weight") pc.embed += n;
     else if (name.find(".engram.embed.") != std::string::npos) pc.engram_tables += n;
     else if (name.find(".engram.") != std::string::npos) pc.engram += n;
     else if (name == "head.weight") pc.head += n;
@@ -623,7 +672,8 @@ ParamCounts count_params(const ModelConfig& c) {
     else if (name.find(".gate.") != std::string::npos) pc.router += n;
   };
   v.vec = [&](const std::string& name, int64_t n, const float**, int) {
-    if (name.find(".hc_") != std::string::npos) pc.mhc += n;
+    if (name.rfind("mtp.", 0) == 0) pc.draft += n;
+    else if (name.find(".hc_") != std::string::npos) pc.mhc += n;
     else if (name.find("gate.bias") != std::string::npos) pc.router += n;
     else if (name.find("compressor.") != std::string::npos) pc.compressor += n;
     else if (name.find("indexer.") != std::string::npos) pc.indexer += n;

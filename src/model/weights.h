@@ -76,11 +76,30 @@ struct LayerWeights {
   EngramWeights engram;            // layers in engram_layer_ids only
 };
 
+// The DSpark draft stages (`mtp.S.*`, S < num_nextn_predict_layers; spec section 3.11): each
+// stage a backbone-shaped block (window-only attention: no compressor, indexer or Engram; an MoE
+// of its own dspark_n_routed_experts experts and a shared one, top dspark_num_experts_per_tok),
+// stage 0's projection of the taps and the last stage's heads. The backbone's embed and head are
+// shared. Symbols: T taps (dspark_target_layer_ids), r the Markov rank.
+struct DraftWeights {
+  std::vector<LayerWeights> stages;
+  Mat main_proj;                        // [D, T*D] (mtp.0)
+  const float* main_norm = nullptr;     // [D] (mtp.0)
+  const float* norm = nullptr;          // [D] (the last stage)
+  Mat markov_embed;                     // [V, r] (the last stage)
+  Mat markov_head;                      // [V, r] (the last stage)
+  const float* confidence = nullptr;    // [D + r] fp32 (the last stage's confidence_head.proj, [1, D + r])
+};
+
 struct Weights {
   Mat embed;                      // [V, D]
   const float* norm = nullptr;    // [D]
   Mat head;                       // [V, D]
   std::vector<LayerWeights> layers;
+  // With the draft stages: a config with num_nextn_predict_layers > 0 and, when loaded, a
+  // checkpoint with `mtp.*` tensors (one without any has no stages; one with some has all).
+  bool has_draft = false;
+  DraftWeights draft;
   // Storage for tensors that are not mapped in place.
   std::vector<std::unique_ptr<float[]>> owned;
   int64_t owned_floats = 0;
@@ -104,8 +123,12 @@ struct TensorSpec {
   bool need_f32 = false;     // a matrix the forward reads as a float array (any stored format widened)
 };
 // Calls `f` for every tensor of the text model, in the loader's order (the same walk as
-// load_weights, random_weights and upload_weights).
+// load_weights, random_weights and upload_weights), the draft stages' last when the config has
+// them.
 void for_each_tensor(const loader::ModelConfig& c, const std::function<void(const TensorSpec&)>& f);
+// Whether the draft stages' tensors are in the checkpoint: false without any `mtp.*` tensor or
+// when the config has no stages.
+bool checkpoint_has_draft(const loader::Checkpoint& ck);
 
 // How load_weights keeps checkpoint tensor `t` (found for `s`): its format (F16 widened to
 // float32, FP8 by its scale's shape, any format widened under need_f32) and the bytes it copies
@@ -118,13 +141,16 @@ struct CheckpointPlacement {
 };
 CheckpointPlacement checkpoint_placement(const loader::Checkpoint& ck, const loader::TensorInfo& t, const TensorSpec& s);
 
-// Loads and checks every tensor the text model reads, each kept in its stored format:
+// Loads and checks every tensor the text model reads (the draft stages' too when
+// checkpoint_has_draft), each kept in its stored format:
 // F32 and BF16 mapped in place; F8_E4M3 with its `.scale` companion (ue8m0 per 32x32 block,
 // or per 32 channels of a row for Engram tables); MXFP4 (I8/U8 holding two e2m1 codes per
 // byte, `.scale` ue8m0 per 32 inputs of a row); F16 widened. Errors name the tensor, the
 // expected shape/dtype and what was found.
 Weights load_weights(const loader::Checkpoint& ck);
-// Seeded random weights at the config's shapes (matrices ~ N(0, 1/in), norms ~ 1, biases 0);
+// Seeded random weights at the config's shapes (matrices ~ N(0, 1/in), norms ~ 1, biases 0),
+// the draft stages' when the config has them (after every other tensor, so the others' values
+// do not depend on them);
 // with a `quantization_config` they are stored in the release formats (see quantize_release)
 // and matmul_format is not used. Without one, the matmul weights are in `matmul_format`.
 // With a device backend they are made in its memory (random_weights_on); otherwise on the
@@ -155,9 +181,9 @@ void for_each_tensor(const loader::ModelConfig& c, Weights& w, const std::functi
                      const std::function<void(const std::string&, const float*, int64_t)>& vec);
 
 // The release checkpoint's format for a tensor (by canonical name): FP8 e4m3 with 32x32
-// ue8m0 blocks for the attention projections, indexer wq_b, shared experts and Engram wkv;
-// MXFP4 for routed experts; FP8 rows for Engram tables; BF16 embedding and head; float
-// elsewhere.
+// ue8m0 blocks for the attention projections, indexer wq_b, shared experts, Engram wkv and the
+// draft stages' main_proj; MXFP4 for routed experts (the draft stages' too); FP8 rows for
+// Engram tables; BF16 embedding, head and the Markov head's matrices; float elsewhere.
 kernels::WeightFormat release_format(const std::string& name);
 // Quantises every matrix of `w` to its release format (round-to-nearest-even values,
 // power-of-two scales 2^ceil(log2(amax / max code))), replacing its storage.
@@ -172,7 +198,8 @@ void dequantize_all(const loader::ModelConfig& c, Weights& w);
 // Converts every matrix the forward reads through matmul to `fmt` (e.g. bf16 for a benchmark).
 void convert_matmul_weights(const loader::ModelConfig& c, Weights& w, kernels::WeightFormat fmt);
 // Bytes of weights one decode token reads: everything but the routed experts it does not use,
-// all embedding rows but one, and all Engram table rows but the (N-1) x heads it hashes to.
+// all embedding rows but one, all Engram table rows but the (N-1) x heads it hashes to, and
+// the draft stages.
 int64_t active_weight_bytes(const loader::ModelConfig& c, const Weights& w);
 
 // Every tensor under its canonical (release) name in its stored format (with `.scale`
@@ -184,6 +211,7 @@ struct ParamCounts {
   int64_t embed = 0, head = 0, attention = 0, compressor = 0, indexer = 0, mhc = 0, norms = 0;
   int64_t routed_experts = 0, shared_experts = 0, router = 0;
   int64_t engram = 0, engram_tables = 0;  // dense engram weights; hash-bucket tables
+  int64_t draft = 0;  // the DSpark draft stages (not in total())
   int64_t total() const;
   // Parameters read for one token (all except the experts not routed to).
   int64_t active_per_token(const loader::ModelConfig& c) const;

@@ -523,3 +523,24 @@ TEST(Ops, NormRopeQuantIsTheThreeOps) {
   EXPECT_EQ(q, q1);
   EXPECT_NE(x, x0);
 }
+
+// MatmulArgs.f32: on the bf16 backend, the float32 backend's product bit for bit (weights of
+// any format dequantised exactly); without it, the bf16 emulation's.
+TEST(Ops, MatmulF32IgnoresTheBackendsPrecision) {
+  auto f32 = kernels::make_cpu_backend(1), bf16 = kernels::make_cpu_backend(1, kernels::Precision::kBF16);
+  const int64_t m = 5, n = 3, k = 200;
+  const auto x = randn(m * k, 51), w = randn(n * k, 52, 0.1f);
+  std::vector<float> a(m * n), b(m * n), c(m * n);
+  const kernels::MatmulArgs args{.x = x.data(), .w = kernels::WeightView::f32(w.data(), n, k), .m = m, .n = n, .k = k, .f32 = true};
+  auto run = [&](kernels::Backend& be, float* y, bool f) {
+    kernels::MatmulArgs p = args;
+    p.y = y;
+    p.f32 = f;
+    be.matmul(p);
+  };
+  run(*f32, a.data(), false);
+  run(*bf16, b.data(), true);
+  run(*bf16, c.data(), false);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}

@@ -166,6 +166,25 @@ TEST(Config, Default40LayerSchedule) {
   EXPECT_THAT(d.dspark_target_layer_ids, ElementsAre(37, 38, 39));
 }
 
+// The draft stages' keys: defaults are the release's; DeepSeek's own config names the stages'
+// top-k dspark_n_activated_experts.
+TEST(Config, DsparkKeys) {
+  const ModelConfig d = parse_config(json{{"num_hidden_layers", 40}}.dump());
+  EXPECT_EQ(d.dspark_markov_rank, 256);
+  EXPECT_EQ(d.dspark_n_routed_experts, 128);
+  EXPECT_EQ(d.dspark_num_experts_per_tok, 3);
+  EXPECT_EQ(d.dspark_block_size, 5);
+  json j = seven_layers();
+  j.merge_patch({{"num_nextn_predict_layers", 2}, {"dspark_markov_rank", 16}, {"dspark_n_routed_experts", 8},
+                 {"dspark_n_activated_experts", 2}});
+  const ModelConfig c = parse_config(j.dump());
+  EXPECT_EQ(c.dspark_markov_rank, 16);
+  EXPECT_EQ(c.dspark_n_routed_experts, 8);
+  EXPECT_EQ(c.dspark_num_experts_per_tok, 2);
+  j["dspark_num_experts_per_tok"] = 2;  // both spellings, agreeing
+  EXPECT_EQ(parse_config(j.dump()).dspark_num_experts_per_tok, 2);
+}
+
 TEST(Config, ExplicitShortRatiosArePaddedForDraftLayers) {
   json j = seven_layers();
   j["num_nextn_predict_layers"] = 2;
@@ -428,6 +447,18 @@ const ErrorCase kErrorCases[] = {
      {{"vocab_size", 1000}, {"num_nextn_predict_layers", 1}, {"compress_ratios", {0, 0, 2, 2, 2, 1, 1, 0}},
       {"dspark_noise_token_id", 128799}},
      {"'dspark_noise_token_id'", "must be in [0, 999], got 128799"}},
+    {"DsparkStageCompressed", {{"num_nextn_predict_layers", 2}, {"compress_ratios", {0, 0, 2, 2, 2, 1, 1, 0, 2}}},
+     {"'compress_ratios'", "entry 8 (draft stage 1) is 2, but the DSpark stages are window-only (0)"}},
+    {"DsparkTopkAboveExperts",
+     {{"num_nextn_predict_layers", 1}, {"dspark_n_routed_experts", 4}, {"dspark_num_experts_per_tok", 5}},
+     {"'dspark_num_experts_per_tok'", "must be in [1, 4], got 5"}},
+    {"DsparkActivatedDisagrees",
+     {{"num_nextn_predict_layers", 1}, {"dspark_num_experts_per_tok", 3}, {"dspark_n_activated_experts", 4}},
+     {"'dspark_n_activated_experts'", "4 disagrees with dspark_num_experts_per_tok 3"}},
+    {"DsparkRankZero", {{"num_nextn_predict_layers", 1}, {"dspark_markov_rank", 0}}, {"'dspark_markov_rank'", "got 0"}},
+    {"DsparkTargetsOutOfOrder", {{"dspark_target_layer_ids", {4, 3}}}, {"'dspark_target_layer_ids'", "[4, 3] must be in layer order"}},
+    {"DsparkTargetsEmpty", {{"num_nextn_predict_layers", 1}, {"dspark_target_layer_ids", json::array()}},
+     {"'dspark_target_layer_ids'", "is empty"}},
 };
 
 class ConfigError : public ::testing::TestWithParam<ErrorCase> {};

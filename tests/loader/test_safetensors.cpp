@@ -285,8 +285,11 @@ TEST(CheckpointNames, CanonicalTensorName) {
   EXPECT_EQ(canonical_tensor_name("lm_head.weight"), "head.weight");
   EXPECT_EQ(canonical_tensor_name("head.weight"), "head.weight");
   EXPECT_EQ(canonical_tensor_name("model.embed.weight"), "embed.weight");
-  EXPECT_EQ(canonical_tensor_name("mtp.0.norm.weight"), "");
-  EXPECT_EQ(canonical_tensor_name("model.mtp.0.norm.weight"), "");
+  EXPECT_EQ(canonical_tensor_name("mtp.0.norm.weight"), "mtp.0.norm.weight");
+  EXPECT_EQ(canonical_tensor_name("model.mtp.0.norm.weight"), "mtp.0.norm.weight");
+  EXPECT_EQ(canonical_tensor_name("mtp.2.markov_head.markov_w1.weight"), "mtp.2.markov_head.embed.weight");
+  EXPECT_EQ(canonical_tensor_name("model.mtp.2.markov_head.markov_w2.weight"), "mtp.2.markov_head.head.weight");
+  EXPECT_EQ(canonical_tensor_name("mtp.2.markov_head.head.weight"), "mtp.2.markov_head.head.weight");
   EXPECT_EQ(canonical_tensor_name("vision.patch.weight"), "");
 }
 
@@ -332,11 +335,13 @@ TEST_F(CheckpointDir, ReleaseNamesMapToTheSameCanonicalNames) {
     if (t.name == "lm_head.weight") t.name = "head.weight";
     else if (t.name.rfind("model.", 0) == 0) t.name = t.name.substr(6);
   }
+  // Draft-stage tensors keep their names; a config without draft stages does not read them.
   ts.push_back({"mtp.0.attn.wq_a.weight", "F32", {2, 2}, iota_bytes(16)});
   ts.push_back({"mtp.1.norm.weight", "I32", {2}, iota_bytes(8)});
   const auto ck = Checkpoint::open(checkpoint(ts));
-  EXPECT_EQ(ck->find("mtp.0.attn.wq_a.weight"), nullptr);
-  ASSERT_EQ(ck->tensors().size(), ref->tensors().size());
+  ASSERT_EQ(ck->config().num_nextn_predict_layers, 0);
+  EXPECT_NE(ck->find("mtp.0.attn.wq_a.weight"), nullptr);
+  ASSERT_EQ(ck->tensors().size(), ref->tensors().size() + 2);
   for (const auto& [name, ti] : ref->tensors()) {
     const auto* got = ck->find(name);
     ASSERT_NE(got, nullptr) << name;

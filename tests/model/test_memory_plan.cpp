@@ -24,6 +24,7 @@
 #include "model/info.h"
 #include "model/memory_plan.h"
 #include "model/weights.h"
+#include "dspark_fixture.h"
 
 using namespace deepinfer;
 namespace fs = std::filesystem;
@@ -48,17 +49,24 @@ Actual actual_bytes(const loader::ModelConfig& c, const model::Weights& w) {
   };
   add(w.embed);
   add(w.head);
-  for (const auto& L : w.layers) {
-    for (const model::Mat* m : {&L.hc_attn_fn, &L.hc_ffn_fn, &L.attn.wq_a, &L.attn.wq_b, &L.attn.wkv, &L.attn.wo_a,
-                                &L.attn.wo_b, &L.attn.c_wkv, &L.attn.c_wgate, &L.attn.i_wq_b, &L.attn.i_weights_proj,
-                                &L.attn.i_wk, &L.ffn.gate, &L.engram.wkv})
+  std::vector<const model::LayerWeights*> blocks;
+  for (const auto& L : w.layers) blocks.push_back(&L);
+  for (const auto& L : w.draft.stages) blocks.push_back(&L);
+  for (const model::LayerWeights* L : blocks) {
+    for (const model::Mat* m : {&L->hc_attn_fn, &L->hc_ffn_fn, &L->attn.wq_a, &L->attn.wq_b, &L->attn.wkv, &L->attn.wo_a,
+                                &L->attn.wo_b, &L->attn.c_wkv, &L->attn.c_wgate, &L->attn.i_wq_b, &L->attn.i_weights_proj,
+                                &L->attn.i_wk, &L->ffn.gate, &L->engram.wkv})
       add(*m);
-    for (const auto* v : {&L.ffn.w1, &L.ffn.w2, &L.ffn.w3})
+    for (const auto* v : {&L->ffn.w1, &L->ffn.w2, &L->ffn.w3})
       for (const model::Mat& m : *v) add(m);
-    if (L.has_engram) {
-      a.tables[L.engram.table.format] += kernels::weight_bytes(L.engram.table);
+    if (L->has_engram) {
+      a.tables[L->engram.table.format] += kernels::weight_bytes(L->engram.table);
       a.float_arrays += 2 * c.hc_mult * c.hidden_size * 4;  // q_weight, k_weight
     }
+  }
+  if (w.has_draft) {
+    for (const model::Mat* m : {&w.draft.main_proj, &w.draft.markov_embed, &w.draft.markov_head}) add(*m);
+    a.float_arrays += (c.hidden_size + c.dspark_markov_rank) * 4;  // the confidence head
   }
   return a;
 }
@@ -122,6 +130,22 @@ TEST_P(PlanFixture, CheckpointFiguresAreTheLoadedBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(V41, PlanFixture, ::testing::Values("swa", "ced", "full", "full-q"));
+
+// The draft stages' tensors are planned with the rest (tests/model/dspark_fixture.h).
+TEST(MemoryPlan, DraftStagesArePlanned) {
+  auto ck = loader::Checkpoint::open(deepinfer::testing::dspark_checkpoint("memplan_dspark"));
+  const model::MemoryPlan plan = model::plan_memory(ck->config(), ck.get(), host_options());
+  const model::MemoryPlan dev = model::plan_memory(ck->config(), ck.get(), device_options());
+  auto be = kernels::make_cpu_backend(1);
+  model::Weights w = model::load_weights(*ck);
+  ASSERT_TRUE(w.has_draft);
+  expect_plan_matches(ck->config(), plan, w, dev, *be);
+  const loader::ModelConfig q = loader::parse_config(deepinfer::testing::dspark_release_config_json().dump(), "dspark-q");
+  const model::MemoryPlan rplan = model::plan_memory(q, nullptr, host_options());
+  model::Weights rw = model::random_weights(q, 7);
+  ASSERT_TRUE(rw.has_draft);
+  expect_plan_matches(q, rplan, rw, model::plan_memory(q, nullptr, device_options()), *be);
+}
 
 TEST(MemoryPlan, ReleaseCheckpointHasEveryFormat) {
   auto ck = loader::Checkpoint::open(fixture("full-q"));

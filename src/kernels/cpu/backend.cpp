@@ -34,7 +34,7 @@ class CpuBackend final : public Backend {
       }
       return;
     }
-    if (precision_ == Precision::kFloat32) return cpu::matmul(pool_, a);
+    if (precision_ == Precision::kFloat32 || a.f32) return cpu::matmul(pool_, a);
     // bf16 emulation (what the CUDA tensor-core path computes, in float32 here): x and the
     // used weight rows rounded to bf16 first.
     const int64_t ldx = a.ldx ? a.ldx : a.k;

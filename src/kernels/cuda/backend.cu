@@ -243,7 +243,7 @@ class CudaBackend final : public Backend {
   // Batch-invariant mode runs every product as fixed-shape tiles of kTile rows (the last one
   // zero-padded) from contiguous temporaries, so cuBLAS chooses the same kernel, and so the
   // same reduction order, for a row whatever else is in the batch.
-  void matmul(const MatmulArgs& a) override { gemm(a, precision_ == Precision::kBF16); }
+  void matmul(const MatmulArgs& a) override { gemm(a, precision_ == Precision::kBF16 && !a.f32); }
   void moe_permute(const MoePermuteArgs& a) override { cuda::moe_permute(a, cstream_); }
   // Every expert in one launch, the offsets read on the device (no host round trip): bf16
   // tensor cores when every expert is stored as bf16, else float32 math from any format.

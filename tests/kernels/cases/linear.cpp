@@ -317,6 +317,34 @@ void add_linear(std::vector<OpCase>& t) {
                    .flops = 2.0 * static_cast<double>(m * n * k)});
     }
 
+  // MatmulArgs.f32 on the bf16 backend: float32 math (the float32 backend's product, within
+  // 1e-5), not the bf16 product the same call gives without it (checked on bf16 backends). A
+  // bf16 weight and an FP8 one; one row (the confidence head's width) and a few.
+  for (auto fmt : {WeightFormat::kBF16, WeightFormat::kFP8Block32})
+    for (int64_t m : {int64_t{5}, int64_t{40}}) {
+      const int64_t n = 3, k = 5376;
+      t.push_back({.family = "linear",
+                   .name = std::string("matmul_f32_on_bf16_") + format_name(fmt) + "_m" + str(m),
+                   .shape = "[" + str(m) + " x " + str(k) + "] x [" + str(n) + " x " + str(k) + "]",
+                   .build =
+                       [=](Run& r) {
+                         const auto x = randn(sz(m * k), 61), wf = randn(sz(n * k), 62, 0.05f);
+                         model::Weights owner;
+                         const WeightView w = upload_weight(r, model::quantize_matrix(WeightView::f32(wf.data(), n, k), fmt, owner));
+                         const float* dx = r.in(x);
+                         float* y = r.out<float>("y (f32)", sz(m * n), Rule::kRelErr, 1e-5);
+                         float* yb = r.out<float>("y (the backend's precision)", sz(m * n), Rule::kRelErr, 1e-5);
+                         if (r.be.precision() == Precision::kBF16)
+                           r.checks.push_back([](const Host& h) {
+                             const auto a = as<float>(h[0]), b = as<float>(h[1]);
+                             return bits_differ(a.data(), b.data(), a.size()).empty() ? "f32 gave the bf16 product" : "";
+                           });
+                         r.op = [=, &be = r.be] { be.matmul({.x = dx, .w = w, .y = y, .m = m, .n = n, .k = k, .f32 = true}); };
+                         r.after = [=, &be = r.be] { be.matmul({.x = dx, .w = w, .y = yb, .m = m, .n = n, .k = k}); };
+                       },
+                   .precisions = {Precision::kBF16}});
+    }
+
   // (was CudaMoe.GroupedMatmulAnyFormatMatchesTheCpu) 8 experts of [32 x 96] weights not stored as
   // bf16, 7 tokens x 2; and the same with the rows gathered on the way in (row r reads row
   // rows - 1 - r). Both precisions; within 1e-5.

@@ -137,6 +137,32 @@ void add_mhc(std::vector<OpCase>& t) {
   // variants), 5 rows x 256: the mixes, the collapse with its norm, the expansion.
   for (const int64_t hc : {int64_t{2}, int64_t{3}})
     add_site(t, "hc" + str(hc), 5, hc, 256, 30 + static_cast<uint32_t>(hc), 31, 32, 33, false);
+  // One stream with unit weights: x + y exactly (the DSpark heads' adds: the Markov bias into
+  // the logits, the confidence head's halves), checked against the float sum on every backend.
+  for (const int64_t dim : {int64_t{1}, int64_t{1031}}) {
+    const int64_t R = 6;
+    t.push_back({.family = "mhc",
+                 .name = "hc_expand_one_stream_add_" + str(dim),
+                 .shape = str(R) + " rows x " + str(dim),
+                 .build =
+                     [=](Run& r) {
+                       const auto x0 = randn(sz(R * dim), 40), y0 = randn(sz(R * dim), 41);
+                       float* x = r.in(x0);
+                       const float* y = r.in(y0);
+                       const float* ones = r.in(std::vector<float>(sz(R), 1.0f));
+                       r.output("x", x, x0.size(), Rule::kBits);
+                       r.checks.push_back([=](const Host& h) {
+                         std::vector<float> sum(x0.size());
+                         for (size_t i = 0; i < sum.size(); ++i) sum[i] = x0[i] + y0[i];
+                         const auto got = as<float>(h[0]);
+                         const std::string d = bits_differ(sum.data(), got.data(), sum.size());
+                         return d.empty() ? d : "not x + y: " + d;
+                       });
+                       r.op = [=, &be = r.be] {
+                         be.hc_expand({.x = x, .y = y, .post = ones, .comb = ones, .rows = R, .hc = 1, .dim = dim});
+                       };
+                     }});
+  }
 }
 
 }  // namespace deepinfer::op_cases
