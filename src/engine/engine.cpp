@@ -82,6 +82,7 @@ struct Engine::RunState {
   // id (or -1), the sampler's result.
   std::vector<sample::SampleRequest> sreqs;
   std::vector<std::vector<int32_t>> row_outputs;
+  std::vector<std::vector<uint32_t>> row_masks;  // grammar masks of draft rows
   std::vector<int64_t> nan_at;
   std::vector<sample::SampleResult> sres;
   std::vector<ChunkResult> results;        // per sampled chunk
@@ -263,7 +264,7 @@ void Engine::propose_drafts(RunState& rs) {
     if (s->num_computed + 1 != static_cast<int64_t>(s->tokens.size())) continue;  // its next chunk is no decode
     const Live& L = *rs.live[s->request];
     const Completion& c = *L.comps[static_cast<size_t>(s->completion)];
-    if (c.ended || c.matcher) continue;
+    if (c.ended) continue;
     // A step emits the kept drafts and one token more: no draft past max_tokens.
     const int64_t k = std::min<int64_t>(sp.num_speculative_tokens, L.req.params.max_tokens - s->generated() - 1);
     if (k <= 0) continue;
@@ -307,6 +308,7 @@ void Engine::sample(RunState& rs, const sched::StepPlan& plan, const runner::Ste
   const size_t n_rows = so.token.size();
   rs.sreqs.assign(n_rows, {});
   rs.row_outputs.resize(n_rows);
+  rs.row_masks.resize(n_rows);
   rs.nan_at.assign(n_rows, -1);
   rs.sres.assign(n_rows, {});
   // Rows that came back as logits: row j of a chunk is sampled as plain decoding samples its
@@ -318,6 +320,12 @@ void Engine::sample(RunState& rs, const sched::StepPlan& plan, const runner::Ste
     const Live& L = *rs.live[s.request];
     Completion& c = *L.comps[static_cast<size_t>(s.completion)];
     const std::vector<int32_t>& out_ids = rs.outputs.token_ids(s.request, s.completion);
+    // The grammar follows the draft to give each row its mask, then rolls back; past a draft
+    // token the grammar refuses (or one that ends it), rows keep the last mask: the draw before
+    // them cannot keep that draft, so they are never used.
+    int advanced = 0;
+    bool stuck = false;
+    const uint32_t* last_mask = nullptr;
     for (size_t r = so.first[i], j = 0; r < so.first[i + 1]; ++r, ++j) {
       if (so.logits_row[r] < 0) continue;  // drawn on the backend
       auto& sr = rs.sreqs[r];
@@ -336,8 +344,20 @@ void Engine::sample(RunState& rs, const sched::StepPlan& plan, const runner::Ste
       }
       sr.eos_ids = eos_ids_;
       if (c.matcher) {
-        c.matcher->fill_next_token_bitmask(c.mask);
-        sr.allowed_bitmask = c.mask;
+        std::vector<uint32_t>& m = j == 0 ? c.mask : rs.row_masks[r];
+        m.resize(c.mask.size());
+        if (stuck) {
+          std::copy(last_mask, last_mask + m.size(), m.begin());
+        } else {
+          c.matcher->fill_next_token_bitmask(m);
+          if (static_cast<int64_t>(j) < plan.chunks[so.sampled[i]].n_draft) {
+            stuck = !c.matcher->accept_token(static_cast<int32_t>(s.draft[j]));
+            advanced += !stuck;
+            stuck = stuck || c.matcher->is_terminated();
+          }
+        }
+        last_mask = m.data();
+        sr.allowed_bitmask = m;
       }
       // A NaN logit fails its request at commit (the sampler would read it as -inf and could
       // draw a token the grammar forbids, or token 0 from an all-NaN row).
@@ -348,6 +368,7 @@ void Engine::sample(RunState& rs, const sched::StepPlan& plan, const runner::Ste
         }
       if (c.draft_probs.empty()) batch_rows.push_back(r);
     }
+    if (advanced > 0) c.matcher->rollback(advanced);
   }
   std::vector<sample::SampleRequest> batch(batch_rows.size());
   std::vector<sample::SampleResult> drawn(batch_rows.size());
