@@ -91,8 +91,8 @@ class OracleDrafter : public spec::Drafter {
 
 // A model loaded once, and engines run on it with given options.
 struct EngineRig {
-  EngineRig(const std::string& dir, engine::LoadFormat format, uint64_t seed = 0)
-      : backend(kernels::make_cpu_backend(2)), lm(engine::load_model(dir, *backend, format, seed)),
+  EngineRig(const std::string& dir, engine::LoadFormat format, uint64_t seed = 0, const std::string& device = "cpu")
+      : backend(kernels::make_backend(device, 2)), lm(engine::load_model(dir, *backend, format, seed)),
         batches(std::make_unique<runner::BatchRunner>(*lm.model)) {}
 
   engine::EngineOptions options() const {

@@ -16,6 +16,7 @@
 #include "core/npy.h"
 #include "engine/oracle_drafter.h"
 #include "engine/random_model.h"
+#include "model/devices.h"
 #include "sample/chi_square.h"
 #include "sample/sampler.h"
 
@@ -132,6 +133,32 @@ INSTANTIATE_TEST_SUITE_P(V41, SpeculativeFixture, ::testing::Values("swa", "ced"
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });
+
+// On every backend the build has (the CPU, the CPU with graphs emulated, so that verify chunks
+// run in the graph buckets, and CUDA): greedy and seeded sampled requests with logprobs, drawn
+// on the backend or through the sampler, equal plain decoding on that backend.
+class SpeculativeOnDevice : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SpeculativeOnDevice, EqualsPlainDecoding) {
+  EngineRig rig(testing_util::random_model_dir(), engine::LoadFormat::kRandom, 2, GetParam());
+  std::vector<engine::EngineRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> ids;
+    for (int t = 0; t < 2 + i * 9; ++t) ids.push_back(4 + (i * 53 + t * 13) % 1000);
+    SamplingParams p;
+    p.max_tokens = 12;
+    p.ignore_eos = true;
+    p.logprobs = i % 3 == 0 ? std::optional<int>(3) : std::nullopt;
+    p.temperature = i % 2 ? 0.9f : 0.0f;
+    p.seed = static_cast<uint64_t>(40 + i);
+    if (i == 5) p.presence_penalty = 0.4f;
+    reqs.push_back(request(ids, p, static_cast<size_t>(i)));
+  }
+  check_patterns(rig, reqs, rig.options(), {4}, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, SpeculativeOnDevice, ::testing::ValuesIn(deepinfer::testing::devices()),
+                         deepinfer::testing::device_name);
 
 // A mixed batch on the random-weight model: prompts of 1..300 tokens (chunked prefill beside
 // verification), greedy and seeded sampling, penalties (rows through the host sampler), top-k /
