@@ -379,43 +379,43 @@ void Engine::sample(RunState& rs, const sched::StepPlan& plan, const runner::Ste
   for (size_t i = 0; i < so.sampled.size(); ++i) verify(rs, plan.chunks[so.sampled[i]], so, i);
 }
 
-// Chunk i's tokens: its rows' draws while they equal its draft (deterministic drafts, or none),
-// or the rejection rule's verdict (probabilistic drafts); a row with a NaN logit ends them.
+// Chunk i's tokens: the drafts the verification keeps (deterministic drafts, or none: while they
+// equal the rows' draws; probabilistic ones: the rejection rule), then the target's token; a
+// row with a NaN logit among those the verification read ends them.
 void Engine::verify(RunState& rs, const sched::ScheduledChunk& ch, const runner::StepOutput& so, size_t i) {
   const sched::Sequence& s = *ch.seq;
   const Completion& c = *rs.live[s.request]->comps[static_cast<size_t>(s.completion)];
   const SamplingParams& p = rs.live[s.request]->req.params;
+  const size_t f = so.first[i], n = static_cast<size_t>(ch.n_draft);
+  const std::span<const int64_t> draft(s.draft.data(), n);
+  const bool probabilistic = !c.draft_probs.empty();
+  sample::Verdict v;
+  if (probabilistic) {
+    const auto V = static_cast<size_t>(model_.config().vocab_size);
+    v = sample::verify_probabilistic(sampler_, std::span<const sample::SampleRequest>(rs.sreqs.data() + f, n + 1), draft,
+                                     std::span<const float>(c.draft_probs.data(), n * V));
+  } else {
+    std::vector<int32_t> drawn(n + 1);
+    for (size_t j = 0; j <= n; ++j) drawn[j] = so.logits_row[f + j] >= 0 ? rs.sres[f + j].token : so.token[f + j];
+    v.accepted = sample::accepted_prefix(draft, drawn);
+    v.token = drawn[static_cast<size_t>(v.accepted)];
+  }
   ChunkResult& res = rs.results[i];
-  const size_t f = so.first[i];
-  const auto nan_where = [&](size_t r) -> std::string {
-    if (so.logits_row[r] < 0)
-      return so.token[r] == kernels::kNoToken ? ", or no finite value; drawn on the device" : "";
-    return rs.nan_at[r] >= 0 ? ", first at token id " + std::to_string(rs.nan_at[r]) : "";
-  };
-  if (c.draft_probs.empty()) {
-    for (size_t j = 0; f + j < so.first[i + 1]; ++j) {
-      const size_t r = f + j;
-      if (res.nan_where = nan_where(r); !res.nan_where.empty()) return;
-      const bool host = so.logits_row[r] >= 0;
-      const int32_t tok = host ? rs.sres[r].token : so.token[r];
-      res.tokens.push_back({tok, host ? std::move(rs.sres[r].logprob) : backend_logprob(so, r, tok, p)});
-      if (static_cast<int64_t>(j) == ch.n_draft || tok != s.draft[j]) return;
-      ++res.accepted;
-    }
-    return;
-  }
-  const auto n = static_cast<size_t>(ch.n_draft);
-  const auto V = static_cast<size_t>(model_.config().vocab_size);
-  const sample::Verdict v = sample::verify_probabilistic(
-      sampler_, std::span<const sample::SampleRequest>(rs.sreqs.data() + f, n + 1),
-      std::span<const int64_t>(s.draft.data(), n), std::span<const float>(c.draft_probs.data(), n * V));
-  // The rows the verdict read: 0..accepted; a NaN among them ends the tokens there.
-  for (size_t j = 0; j <= static_cast<size_t>(v.accepted); ++j) {
-    if (res.nan_where = nan_where(f + j); !res.nan_where.empty()) return;
-    const int32_t tok = static_cast<int64_t>(j) < v.accepted ? static_cast<int32_t>(s.draft[j]) : v.token;
-    res.tokens.push_back({tok, sampler_.logprob(rs.sreqs[f + j], tok)});
-  }
   res.accepted = v.accepted;
+  for (size_t j = 0, r = f; j <= static_cast<size_t>(v.accepted); ++j, ++r) {
+    const bool host = so.logits_row[r] >= 0;
+    if (host && rs.nan_at[r] >= 0) res.nan_where = ", first at token id " + std::to_string(rs.nan_at[r]);
+    if (!host && so.token[r] == kernels::kNoToken) res.nan_where = ", or no finite value; drawn on the device";
+    if (!res.nan_where.empty()) {
+      res.accepted = static_cast<int64_t>(j);
+      return;
+    }
+    const int32_t tok = static_cast<int64_t>(j) < v.accepted ? static_cast<int32_t>(draft[j]) : v.token;
+    std::optional<TokenLogprob> lp = probabilistic ? sampler_.logprob(rs.sreqs[r], tok)
+                                     : host        ? std::move(rs.sres[r].logprob)
+                                                   : backend_logprob(so, r, tok, p);
+    res.tokens.push_back({tok, std::move(lp)});
+  }
 }
 
 // Request r fails while running: its output keeps what was generated, with `error`; its

@@ -44,7 +44,7 @@ class OracleDrafter : public spec::Drafter {
       for (int64_t i = 0; i < n; ++i) {
         const auto at = static_cast<size_t>(pos + i);
         int64_t tok = at < want.size() ? want[at] : (pos + i) % vocab_;
-        if (wrong_ && wrong_(d.request, pos, i)) tok = (tok + 1 + i) % vocab_;
+        if (wrong_ && wrong_(d.request, pos, i)) tok = wrong_token_ >= 0 ? wrong_token_ : (tok + 1 + i) % vocab_;
         if (probabilistic_) tok = draw(d, pos + i, tok, out[q]);
         out[q].tokens.push_back(tok);
       }
@@ -56,6 +56,9 @@ class OracleDrafter : public spec::Drafter {
     accepted_ += accepted;
   }
   void release(int64_t) override { ++released_; }
+
+  // Wrong drafts are this token (>= 0) instead of a neighbour of the right one.
+  void set_wrong_token(int64_t t) { wrong_token_ = t; }
 
   int64_t proposals() const { return proposals_; }
   int64_t verified_drafts() const { return verified_drafts_; }
@@ -86,6 +89,7 @@ class OracleDrafter : public spec::Drafter {
   std::function<int64_t(size_t, int64_t, int64_t)> length_;
   bool probabilistic_;
   double mix_;
+  int64_t wrong_token_ = -1;
   int64_t proposals_ = 0, verified_drafts_ = 0, accepted_ = 0, released_ = 0;
 };
 
