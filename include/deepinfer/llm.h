@@ -22,6 +22,13 @@
 
 namespace deepinfer {
 
+// Speculative decoding: a drafter proposes tokens that the model verifies, several per step.
+// Greedy output is identical with and without it; sampled output has the same distribution.
+struct SpeculativeConfig {
+  std::string method;                      // "" = off; "dspark": the checkpoint's DSpark draft stages
+  int num_speculative_tokens = 5;          // draft tokens verified per sequence and step, 1..5
+};
+
 struct EngineConfig {
   std::string model;                       // checkpoint directory (config.json, safetensors, tokenizer.json)
   std::string load_format = "auto";        // "auto" or "random" (seeded random weights from config.json)
@@ -42,6 +49,7 @@ struct EngineConfig {
                                            // the rows it reads) or on the "device"; CPU: host memory either way
   bool sample_on_backend = true;           // tokens drawn on the backend where nothing precedes the draw
                                            // (no penalties, grammar): only ids and logprobs leave the GPU
+  SpeculativeConfig speculative;           // off by default
 };
 
 struct Prompt {
@@ -79,6 +87,8 @@ struct EngineStats {
   int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0, preemptions = 0;
   double wall_s = 0, schedule_s = 0, model_s = 0, sample_s = 0, commit_s = 0;
   int64_t grammar_compiles = 0;  // structured-output grammars compiled by this LLM so far
+  // Speculative decoding: verification rounds, their draft tokens, and the drafts kept.
+  int64_t spec_rounds = 0, spec_drafted = 0, spec_accepted = 0;
 };
 
 class LLM {

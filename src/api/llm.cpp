@@ -11,7 +11,9 @@
 #include "engine/load_model.h"
 #include "kernels/backend.h"
 #include "loader/checkpoint.h"
+#include "loader/config.h"
 #include "runner/batch_runner.h"
+#include "spec/drafter.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -50,7 +52,8 @@ struct LLM::Impl {
     grammars = eng.grammar_cache();
     const auto& t = eng.times();
     stats = EngineStats{static_cast<int64_t>(outs.size()), t.prompt_tokens, t.generated_tokens, t.steps, t.preemptions,
-                        t.wall_s, t.schedule_s, t.model_s, t.sample_s, t.commit_s, eng.grammar_compiles()};
+                        t.wall_s, t.schedule_s, t.model_s, t.sample_s, t.commit_s, eng.grammar_compiles(),
+                        t.spec_rounds, t.spec_drafted, t.spec_accepted};
     return outs;
   }
 };
@@ -68,6 +71,19 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   if (config.memory_fraction < 0 || config.memory_fraction > 1) throw Error("EngineConfig.memory_fraction: must be in [0, 1]");
   if (config.engram_tables != "host" && config.engram_tables != "device")
     throw Error("EngineConfig.engram_tables: expected \"host\" or \"device\", got \"" + config.engram_tables + "\"");
+  const SpeculativeConfig& sp = config.speculative;
+  if (!sp.method.empty() && sp.method != "dspark")
+    throw Error("EngineConfig.speculative.method: expected \"\" (off) or \"dspark\", got \"" + sp.method + "\"");
+  if (!sp.method.empty() && (sp.num_speculative_tokens < 1 || sp.num_speculative_tokens > spec::kMaxDraftTokens))
+    throw Error("EngineConfig.speculative.num_speculative_tokens: must be in [1, " + std::to_string(spec::kMaxDraftTokens) +
+                "], got " + std::to_string(sp.num_speculative_tokens));
+  if (sp.method == "dspark") {  // (before loading: the config alone says)
+    if (loader::load_config(config.model + "/config.json").num_nextn_predict_layers <= 0)
+      throw Error("EngineConfig.speculative.method \"dspark\": the checkpoint " + config.model +
+                  " has no DSpark draft stages (config.json num_nextn_predict_layers is 0, no mtp.* weights)");
+    throw Error("EngineConfig.speculative.method \"dspark\": this build has no DSpark drafter yet (the engine verifies "
+                "drafts, but the draft stages mtp.* are not run)");
+  }
   impl_->backend = kernels::make_backend(config.device, config.threads, config.dtype, config.batch_invariant);
   engine::MemoryOptions memory;
   memory.state_tokens = config.max_model_len;
@@ -79,6 +95,7 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
                                  config.load_format == "random" ? engine::LoadFormat::kRandom : engine::LoadFormat::kAuto,
                                  config.seed, memory);
   impl_->memory_report = model::memory_plan_summary(impl_->lm.memory, impl_->lm.available);
+
   impl_->batches = std::make_unique<runner::BatchRunner>(*impl_->lm.model);
   const int64_t positions = impl_->lm.model->config().max_position_embeddings;
   if (config.max_model_len > positions)

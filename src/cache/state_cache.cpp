@@ -1,11 +1,13 @@
 #include "cache/state_cache.h"
 
+#include "core/error.h"
 #include "model/info.h"
 
 namespace deepinfer::cache {
 
-StateCache::StateCache(const loader::ModelConfig& config, kernels::Backend& backend, int64_t budget_bytes)
-    : config_(config), backend_(backend), budget_(budget_bytes) {}
+StateCache::StateCache(const loader::ModelConfig& config, kernels::Backend& backend, int64_t budget_bytes,
+                       int64_t rollback_rows)
+    : config_(config), backend_(backend), budget_(budget_bytes), rollback_rows_(rollback_rows) {}
 
 int64_t StateCache::bytes_for(int64_t n_tokens) const { return model::sequence_state_bytes(config_, n_tokens); }
 
@@ -18,7 +20,10 @@ bool StateCache::fits(int64_t id, int64_t n_tokens) const {
 
 model::SequenceState& StateCache::acquire(int64_t id) {
   auto it = states_.find(id);
-  if (it == states_.end()) it = states_.emplace(id, std::make_unique<model::SequenceState>(config_, backend_)).first;
+  if (it == states_.end()) {
+    it = states_.emplace(id, std::make_unique<model::SequenceState>(config_, backend_)).first;
+    it->second->set_rollback_rows(rollback_rows_);
+  }
   return *it->second;
 }
 
@@ -27,6 +32,13 @@ void StateCache::reserve(int64_t id, int64_t n_tokens) {
   int64_t& r = reservation_[id];
   reserved_ += b - r;
   r = b;
+}
+
+void StateCache::rollback(int64_t id, int64_t rows) {
+  auto it = states_.find(id);
+  DI_CHECK(it != states_.end(), "rollback of a sequence without state");
+  it->second->rollback(rows);
+  reserve(id, it->second->length());
 }
 
 void StateCache::release(int64_t id) {

@@ -21,8 +21,8 @@ namespace deepinfer::cache {
 class StateCache {
  public:
   // budget_bytes <= 0: unlimited.
-  // States are allocated in `backend`'s memory.
-  StateCache(const loader::ModelConfig& config, kernels::Backend& backend, int64_t budget_bytes);
+  // States are allocated in `backend`'s memory; each may roll back up to rollback_rows tokens.
+  StateCache(const loader::ModelConfig& config, kernels::Backend& backend, int64_t budget_bytes, int64_t rollback_rows = 0);
 
   // Bytes of state a sequence holds with n_tokens computed, as stored
   // full windows, compressed KV and indexer keys per token, Engram history).
@@ -35,6 +35,9 @@ class StateCache {
   model::SequenceState& acquire(int64_t id);  // creates on first use
   void reserve(int64_t id, int64_t n_tokens);  // records the reservation for n_tokens
   void release(int64_t id);                    // frees the state and its reservation
+  // Removes the last `rows` tokens of the last forward from sequence id's state; the reservation
+  // then covers what is left.
+  void rollback(int64_t id, int64_t rows);
   bool holds(int64_t id) const { return states_.count(id) != 0; }
   size_t size() const { return states_.size(); }
 
@@ -42,6 +45,7 @@ class StateCache {
   const loader::ModelConfig& config_;
   kernels::Backend& backend_;
   int64_t budget_;
+  int64_t rollback_rows_;
   int64_t reserved_ = 0;
   std::unordered_map<int64_t, std::unique_ptr<model::SequenceState>> states_;
   std::unordered_map<int64_t, int64_t> reservation_;

@@ -25,7 +25,7 @@ namespace {
 
 const std::vector<std::string> kEngineFlags = {"model", "load-format", "seed", "device", "dtype", "batch-invariant", "threads", "max-num-batched-tokens",
                                                "max-num-seqs", "memory-budget", "memory-fraction", "exact-prefill", "max-model-len",
-                                               "engram-tables"};
+                                               "engram-tables", "speculative", "num-speculative-tokens"};
 const std::vector<std::string> kSamplingFlags = {"max-tokens", "min-tokens", "temperature", "top-k", "top-p", "min-p",
                                                  "repetition-penalty", "presence-penalty", "frequency-penalty", "stop",
                                                  "stop-token-ids", "ignore-eos", "request-seed", "logprobs", "n",
@@ -55,6 +55,12 @@ EngineConfig engine_config(std::map<std::string, std::string>& f) {
   if (f.count("exact-prefill")) c.exact_prefill = parse_bool("exact-prefill", f["exact-prefill"]);
   if (f.count("engram-tables")) c.engram_tables = f["engram-tables"];
   if (f.count("max-model-len")) c.max_model_len = parse_int("max-model-len", f["max-model-len"], 1, INT64_MAX);
+  if (f.count("speculative")) {
+    if (f["speculative"] != "dspark") throw Error("flag --speculative: expected 'dspark', got '" + f["speculative"] + "'");
+    c.speculative.method = f["speculative"];
+  }
+  if (f.count("num-speculative-tokens"))
+    c.speculative.num_speculative_tokens = static_cast<int>(parse_int("num-speculative-tokens", f["num-speculative-tokens"], 1, 5));
   return c;
 }
 
@@ -96,7 +102,8 @@ constexpr const char* kSamplingHelp =
     "engine:   --load-format auto|random --seed S --device cpu|cuda[:N] --dtype float32|bfloat16 --batch-invariant true|false --threads N --max-num-batched-tokens N --max-num-seqs N\n"
     "          --max-model-len N (prompt + max_tokens at most; default: the model's max_position_embeddings)\n"
     "          --memory-budget BYTES --memory-fraction F --exact-prefill\n"
-    "          --engram-tables host|device (GPU: Engram tables in host memory, rows uploaded per step; default host)\n";
+    "          --engram-tables host|device (GPU: Engram tables in host memory, rows uploaded per step; default host)\n"
+    "          --speculative dspark --num-speculative-tokens K (speculative decoding: K = 1..5 drafts per step, default 5)\n";
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;

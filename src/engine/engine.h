@@ -11,6 +11,14 @@
 // Invariants: a sequence's tokens depend only on its prompt, its params and its seed — not on
 // the batch, the chunking, the step budget or preemption (batch-invariant forward, counter-based
 // sampling keyed by (seed, position, completion)).
+// Speculative decoding (EngineOptions.speculative with a drafter): before each step the drafter
+// proposes up to k tokens for every decoding sequence; the scheduler fits them into the step;
+// the target runs each sequence's last token and its draft as one chunk; the sampler verifies
+// the draft (sample/verify.h) row by row, each row sampled as plain decoding would sample that
+// position; commit hands the kept tokens and the target's next token to the output processor
+// one by one (so any stop condition may land inside the block) and rolls the rejected rows
+// back (cache::StateCache::rollback). Deterministic drafts leave every output token, logprob
+// and seeded draw exactly those of decoding without speculation.
 // Threading: run() from one thread; the backend and the sampler parallelise inside.
 #pragma once
 
@@ -29,6 +37,7 @@
 #include "runner/batch_runner.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
+#include "spec/drafter.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::grammar {
@@ -43,6 +52,12 @@ namespace deepinfer::engine {
 
 // The seed of request `index` (0-based, in run order) of a run whose params give none.
 uint64_t request_seed(uint64_t engine_seed, uint64_t index);
+
+// Speculative decoding: a drafter and how many tokens each sequence verifies per step.
+struct SpeculativeOptions {
+  std::shared_ptr<spec::Drafter> drafter;  // null: no speculation
+  int64_t num_speculative_tokens = 0;      // k, 1..spec::kMaxDraftTokens (0: no speculation)
+};
 
 // The backend's draw for params (temperature, top-k, top-p, min-p, logprobs; the rest must not
 // apply) and the uniform the sampler would use for (seed, step, stream): kernels::DrawParams.
@@ -60,6 +75,7 @@ struct EngineOptions {
   // token; CUDA sums in another fixed order (a token can differ only where a sum lands within
   // rounding of a threshold). false: every row through the sampler.
   bool sample_on_backend = true;
+  SpeculativeOptions speculative;
   // Optional: each completion's newly decoded text as it is generated (request, completion, text).
   std::function<void(size_t, int, const std::string&)> on_text;
   // Optional: compiled structured-output grammars shared across runs (created on first use).
@@ -78,8 +94,12 @@ struct EngineRequest {
 };
 
 struct StepTimes {
-  double schedule_s = 0, model_s = 0, sample_s = 0, commit_s = 0;
+  double schedule_s = 0, model_s = 0, sample_s = 0, commit_s = 0, draft_s = 0;
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, preemptions = 0, computed_tokens = 0;
+  // Speculative decoding: chunks that verified a draft, their draft tokens, those kept, and
+  // how many rounds kept j drafts ([j], j = 0..k).
+  int64_t spec_rounds = 0, spec_drafted = 0, spec_accepted = 0;
+  std::vector<int64_t> spec_accepted_hist;
   double wall_s = 0;
 };
 
@@ -112,16 +132,24 @@ class Engine {
   // Every request into rs.live (and the output processor), in order; each valid one gets its
   // params.n sequences, seeds and grammar matchers.
   void admit(RunState& rs, std::vector<EngineRequest>& requests);
-  // One step: schedule -> run -> sample -> commit. False when the scheduler had nothing to run.
+  // One step: draft -> schedule -> run -> sample -> commit. False when the scheduler had nothing
+  // to run.
   bool step(RunState& rs, runner::ModelRunner& runner);
-  // How the backend draws s's next token, or nullopt for its logits row (sampled on the host).
-  std::optional<kernels::DrawParams> backend_draw(const RunState& rs, const sched::Sequence& s) const;
-  // The rows that came back as logits through the sampler; rs.sres[d] is the d-th such row's.
+  // Speculative decoding: a draft for every running sequence whose next chunk is a decode.
+  void propose_drafts(RunState& rs);
+  // How the backend draws the token after s's row j (0: its last token, j: its j-th draft), or
+  // nullopt for the row's logits (sampled on the host).
+  std::optional<kernels::DrawParams> backend_draw(const RunState& rs, const sched::Sequence& s, int64_t j) const;
+  // Every sampled chunk's tokens (rs.results): the rows that came back as logits through the
+  // sampler, then the draft's verification.
   void sample(RunState& rs, const sched::StepPlan& plan, const runner::StepOutput& so);
-  // Each sampled row's token onto its sequence and grammar, then through the output processor;
-  // a completion that ended leaves the scheduler.
+  // Sampled chunk i's tokens to commit: the draft's kept tokens, then the target's.
+  void verify(RunState& rs, const sched::ScheduledChunk& ch, const runner::StepOutput& so, size_t i);
   void fail_request(RunState& rs, size_t r, const std::string& error);
-  void commit(RunState& rs, const sched::StepPlan& plan, const runner::StepOutput& so);
+  // Each sampled chunk's tokens onto its sequence and grammar, then through the output
+  // processor; a completion that ended leaves the scheduler, one that goes on drops the rows of
+  // its rejected drafts.
+  void commit(RunState& rs, const sched::StepPlan& plan);
 
   runner::BatchRunner& batches_;
   model::DeepseekV41& model_;

@@ -31,13 +31,13 @@ void DeepseekV41::publish_sources(int64_t l, ForwardBatch& b) {
     if (r == 1) {
       groups[q] = m;
     } else {
-      const int64_t total = src.buf_rows + m;
-      src.buf_kv.resize(total * hd, true);
-      src.buf_gate.resize(total * hd, true);
-      copies.push_back({src.buf_kv.data() + src.buf_rows * hd, b.ckv.data() + b.row0[q] * hd, m * hd * F});
-      copies.push_back({src.buf_gate.data() + src.buf_rows * hd, b.cgate.data() + b.row0[q] * hd, m * hd * F});
-      src.buf_rows = total;
-      groups[q] = total / r;
+      const int64_t held = src.buf_spare + src.buf_rows;
+      src.buf_kv.resize((held + m) * hd, true);
+      src.buf_gate.resize((held + m) * hd, true);
+      copies.push_back({src.buf_kv.data() + held * hd, b.ckv.data() + b.row0[q] * hd, m * hd * F});
+      copies.push_back({src.buf_gate.data() + held * hd, b.cgate.data() + b.row0[q] * hd, m * hd * F});
+      src.buf_rows += m;
+      groups[q] = src.buf_rows / r;
     }
     lat0[q] = G;
     G += groups[q];
@@ -47,23 +47,32 @@ void DeepseekV41::publish_sources(int64_t l, ForwardBatch& b) {
     be_.copy(latent.data(), b.ckv.data(), b.n * hd * F);
   } else {
     kernels::copy_batch(be_, copies);
-    // The complete groups' rows side by side, pooled at once; the open groups' rows (fewer
-    // than r, so never overlapping the first r) move to the front of their buffers.
+    // The complete groups' rows side by side, pooled at once. Each buffer then keeps its open
+    // group's rows (fewer than r) and, for a rollback, the raw rows of up to rollback_rows + r - 1
+    // tokens before it: the rows it keeps move to its front when they do not overlap where they
+    // go, else stay (kept rows then stay below twice that).
     kernels::Buf<float> pool_kv(be_, G * r * hd), pool_gate(be_, G * r * hd);
     std::vector<kernels::CopyDesc> gather, rest;
     for (size_t q = 0; q < nseq; ++q) {
       if (groups[q] == 0) continue;
       SourceState& src = b.states[q]->source(l);
-      const int64_t used = groups[q] * r * hd, left = src.buf_rows - groups[q] * r;
-      gather.push_back({pool_kv.data() + lat0[q] * r * hd, src.buf_kv.data(), used * F});
-      gather.push_back({pool_gate.data() + lat0[q] * r * hd, src.buf_gate.data(), used * F});
-      if (left > 0) {
-        rest.push_back({src.buf_kv.data(), src.buf_kv.data() + used, left * hd * F});
-        rest.push_back({src.buf_gate.data(), src.buf_gate.data() + used, left * hd * F});
+      const int64_t open0 = src.buf_spare * hd, used = groups[q] * r * hd, left = src.buf_rows - groups[q] * r;
+      gather.push_back({pool_kv.data() + lat0[q] * r * hd, src.buf_kv.data() + open0, used * F});
+      gather.push_back({pool_gate.data() + lat0[q] * r * hd, src.buf_gate.data() + open0, used * F});
+      const int64_t held = src.buf_spare + src.buf_rows, rb = b.states[q]->rollback_rows();
+      const int64_t want = std::min(held, std::max(left, rb > 0 ? rb + r - 1 : 0));
+      int64_t keep = held;
+      if (held - want >= want) {
+        keep = want;
+        if (keep > 0) {
+          rest.push_back({src.buf_kv.data(), src.buf_kv.data() + (held - keep) * hd, keep * hd * F});
+          rest.push_back({src.buf_gate.data(), src.buf_gate.data() + (held - keep) * hd, keep * hd * F});
+        }
       }
-      src.buf_rows = left;  // (shrinking keeps the memory the copies below use)
-      src.buf_kv.resize(left * hd, true);
-      src.buf_gate.resize(left * hd, true);
+      src.buf_rows = left;
+      src.buf_spare = keep - left;
+      src.buf_kv.resize(keep * hd, true);  // (shrinking keeps the memory the copies below use)
+      src.buf_gate.resize(keep * hd, true);
     }
     kernels::copy_batch(be_, gather);
     kernels::copy_batch(be_, rest);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 
@@ -65,6 +66,17 @@ void PackedRows::drop_front(int64_t rows) {
   n_ -= rows;
 }
 
+void PackedRows::drop_back(int64_t rows) {
+  DI_CHECK(rows >= 0 && rows <= n_, "drop_back past the front");
+  n_ -= rows;
+}
+
+void PackedRows::restore_front(int64_t rows) {
+  DI_CHECK(rows >= 0 && rows <= start_, "restore_front: those rows were compacted away");
+  start_ -= rows;
+  n_ += rows;
+}
+
 int64_t PackedRows::bytes() const {
   return packed_ ? n_ * (code_bytes_ + scale_bytes_) : n_ * dim_ * static_cast<int64_t>(sizeof(float));
 }
@@ -82,6 +94,62 @@ int64_t SequenceState::bytes() const {
   for (const auto& s : sources_) b += (s.buf_kv.size() + s.buf_gate.size()) * 4 + s.comp.bytes() + s.index_k.bytes();
   b += static_cast<int64_t>(engram_history_.size() * sizeof(int32_t));
   return b;
+}
+
+void SequenceState::set_rollback_rows(int64_t rows) {
+  DI_CHECK(rows >= 0, "rollback_rows must be >= 0");
+  DI_CHECK(length_ == 0, "rollback_rows is set before the first forward");
+  rollback_rows_ = rows;
+}
+
+void SequenceState::rollback(int64_t rows) {
+  DI_CHECK(rows >= 0 && rows <= rollback_rows_ && rows <= length_,
+           "rollback of " + std::to_string(rows) + " rows (at most " + std::to_string(rollback_rows_) + ")");
+  if (rows == 0) return;
+  const auto& c = *config_;
+  length_ -= rows;
+  // A ring's rows dropped at its front by the last forward are still in place behind it: its
+  // rows are then contiguous positions ending where that forward ended. Without the last
+  // `rows`, it keeps the last window - 1 of them.
+  for (auto& w : windows_) {
+    if (w.pos.empty()) continue;  // a layer that no row has run yet (bounded replay)
+    DI_CHECK(w.pos.back() == length_ + rows - 1, "rollback of a window ring that the last forward did not end");
+    const int64_t have = w.kv.dropped_front() + w.kv.size() - rows;
+    DI_CHECK(have >= 0, "rollback past a window ring's rows");
+    const int64_t keep = std::min<int64_t>(c.sliding_window - 1, have);
+    w.kv.restore_front(w.kv.dropped_front());
+    w.kv.drop_back(rows);
+    w.kv.drop_front(have - keep);
+    w.pos.resize(static_cast<size_t>(keep));
+    for (int64_t i = 0; i < keep; ++i) w.pos[static_cast<size_t>(i)] = length_ - keep + i;
+  }
+  for (size_t l = 0; l < sources_.size(); ++l) {
+    if (!c.is_kv_source(static_cast<int64_t>(l))) continue;
+    SourceState& s = sources_[l];
+    const int64_t r = c.ratio(static_cast<int64_t>(l));
+    if (r <= 0) continue;
+    // Groups that a removed token completed go; the open group is rebuilt from the raw rows
+    // kept before it.
+    int64_t groups = rows;
+    if (r > 1) {
+      const int64_t held = s.buf_spare + s.buf_rows;
+      groups = rows <= s.buf_rows ? 0 : (rows - s.buf_rows + r - 1) / r;
+      const int64_t open = s.buf_rows - rows + groups * r;
+      DI_CHECK(held - rows >= open, "rollback past the compressor's kept rows");
+      s.buf_rows = open;
+      s.buf_spare = held - rows - open;
+      s.buf_kv.resize((held - rows) * c.head_dim, true);
+      s.buf_gate.resize((held - rows) * c.head_dim, true);
+    }
+    DI_CHECK(groups <= s.n_comp, "rollback past the compressed entries");
+    s.comp.drop_back(groups);
+    s.n_comp -= groups;
+    if (s.n_index > 0) {
+      s.index_k.drop_back(groups);
+      s.n_index -= groups;
+    }
+  }
+  if (static_cast<int64_t>(engram_history_.size()) > length_) engram_history_.resize(static_cast<size_t>(length_));
 }
 
 void SequenceState::reset() {

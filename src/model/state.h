@@ -11,7 +11,14 @@
 //     post-FP8) its draft block attends over, with their positions (filled by forwards of a
 //     model made with ModelOptions.dspark; empty otherwise);
 //   - the number of tokens processed.
-// The engine's cache manager will own these objects (allocation, budget, rollback).
+// The engine's cache manager (cache::StateCache) owns these objects.
+// Rollback (speculative decoding): rollback(rows) removes the last `rows` tokens of the last
+// forward, leaving the state that forward would have left without them, at a cost of O(rows)
+// rows per layer: window rings restore the rows that forward dropped at their front (dropped
+// rows stay in place until the next forward's growth compacts them), compressed KV and indexer
+// keys drop their last groups, and each compressor keeps the raw rows of its last
+// rollback_rows() + ratio - 1 tokens (not only its open group) so that an open group can be
+// rebuilt from them.
 // Invariants: window entries are contiguous positions ending at length()-1; a source's
 // compressed entry g covers tokens [g*ratio, (g+1)*ratio).
 // Threading: one sequence is advanced by one thread at a time.
@@ -48,6 +55,11 @@ class PackedRows {
   // and, when packed, the codes/scales already written into the slots.
   void append(const float* values, int64_t rows);
   void drop_front(int64_t rows);
+  // Rollback: drop the last rows; bring back rows dropped at the front since the last growth
+  // (at most dropped_front()).
+  void drop_back(int64_t rows);
+  int64_t dropped_front() const { return start_; }
+  void restore_front(int64_t rows);
   // Where row `row` is stored (backend memory): its codes and scales when packed, else its
   // float values; for batched reads (kernels::dequant_packed_batch, copy_batch).
   const uint8_t* codes_at(int64_t row) const { return codes_.data() + (start_ + row) * code_bytes_; }
@@ -78,8 +90,11 @@ struct WindowRing {
 };
 
 struct SourceState {
-  kernels::Buf<float> buf_kv, buf_gate;  // [buf_rows, head_dim] fp32: tokens of the open group
-  int64_t buf_rows = 0;
+  // [buf_spare + buf_rows, head_dim] fp32: the raw rows of the last buf_spare tokens before
+  // the open group (kept for a rollback; 0 when the state never rolls back), then the open
+  // group's buf_rows tokens.
+  kernels::Buf<float> buf_kv, buf_gate;
+  int64_t buf_rows = 0, buf_spare = 0;
   PackedRows comp;                      // [n_comp, head_dim] FP4 (e4m3 scale / 16) compressed KV
   int64_t n_comp = 0;                   // groups emitted (the reference's entry_count)
   PackedRows index_k;                   // [n_index, index_head_dim] FP4 (ue8m0 / 32) indexer keys
@@ -93,6 +108,13 @@ class SequenceState {
 
   int64_t length() const { return length_; }
   void advance(int64_t n) { length_ += n; }
+  // The most tokens one rollback may remove (0 by default: compressors keep only their open
+  // group). Set before the first forward.
+  int64_t rollback_rows() const { return rollback_rows_; }
+  void set_rollback_rows(int64_t rows);
+  // Removes the last `rows` (<= rollback_rows(), <= the rows of the last forward) tokens' state,
+  // right after that forward: as if they had never been fed. O(rows) per layer.
+  void rollback(int64_t rows);
   WindowRing& window(int64_t layer) { return windows_[static_cast<size_t>(layer)]; }
   SourceState& source(int64_t layer) { return sources_[static_cast<size_t>(layer)]; }
   // DSpark stage `stage`'s ring: at most sliding_window entries, oldest first.
@@ -104,7 +126,7 @@ class SequenceState {
   void reset();
 
  private:
-  int64_t length_ = 0;
+  int64_t length_ = 0, rollback_rows_ = 0;
   std::vector<WindowRing> windows_;
   const loader::ModelConfig* config_ = nullptr;
   kernels::Backend* be_ = nullptr;

@@ -51,7 +51,8 @@ void BatchRunner::validate(std::span<const Chunk> batch) const {
     DI_CHECK(ch.replay_from >= 0 && ch.replay_from <= ch.n, "replay_from outside the chunk");
     DI_CHECK(!(ch.all_logits && ch.replay_from > 0), "all-row logits need every layer on every row");
     DI_CHECK(ch.replay_from == 0 || late < c.num_hidden_layers, "bounded replay needs a layer after the last KV source");
-    DI_CHECK(!(ch.token && ch.all_logits), "a drawn token is for the last row only");
+    DI_CHECK(!(ch.token && ch.all_logits && !ch.draws), "drawn tokens of every row need a draw per row");
+    DI_CHECK(!ch.draws || (ch.all_logits && ch.token), "a draw per row is for every row's token");
   }
 }
 
@@ -149,21 +150,25 @@ void BatchRunner::head(std::span<Chunk> batch, model::ForwardBatch& b) {
   kernels::Backend& be = model_.backend();
   const int64_t V = model_.config().vocab_size;
   std::vector<int32_t> out_rows;
-  std::vector<float*> out_ptrs;        // where each row's logits go (null: not wanted)
-  std::vector<const Chunk*> drawn_by;  // the chunk whose token each row draws (null: none)
+  std::vector<float*> out_ptrs;  // where each row's logits go (null: not wanted)
+  struct DrawnBy {
+    const Chunk* ch = nullptr;  // the chunk whose token the row draws (null: none)
+    int64_t row = 0;            // its row in that chunk's token arrays
+  };
+  std::vector<DrawnBy> drawn_by;
   for (size_t q = 0; q < batch.size(); ++q) {
     const Chunk& ch = batch[q];
     if ((!ch.logits && !ch.token) || b.rows[q] == 0) continue;
     if (ch.all_logits) {
       for (int64_t i = 0; i < b.rows[q]; ++i) {
         out_rows.push_back(static_cast<int32_t>(b.row0[q] + i));
-        out_ptrs.push_back(ch.logits + i * V);
-        drawn_by.push_back(nullptr);
+        out_ptrs.push_back(ch.logits ? ch.logits + i * V : nullptr);
+        drawn_by.push_back({ch.token ? &ch : nullptr, i});
       }
     } else {
       out_rows.push_back(static_cast<int32_t>(b.row0[q] + b.rows[q] - 1));
       out_ptrs.push_back(ch.logits);
-      drawn_by.push_back(ch.token ? &ch : nullptr);
+      drawn_by.push_back({ch.token ? &ch : nullptr, 0});
     }
   }
   const int64_t m = static_cast<int64_t>(out_rows.size());
@@ -172,21 +177,24 @@ void BatchRunner::head(std::span<Chunk> batch, model::ForwardBatch& b) {
     return;
   }
   const kernels::Buf<float> lg = model_.logits(b, out_rows);
-  if (std::any_of(drawn_by.begin(), drawn_by.end(), [](const Chunk* ch) { return ch != nullptr; })) {
+  if (std::any_of(drawn_by.begin(), drawn_by.end(), [](const DrawnBy& d) { return d.ch != nullptr; })) {
     std::vector<kernels::DrawParams> params(static_cast<size_t>(m));  // greedy for the rows not drawn
-    for (int64_t i = 0; i < m; ++i)
-      if (const Chunk* ch = drawn_by[static_cast<size_t>(i)]) params[static_cast<size_t>(i)] = ch->draw;
+    for (int64_t i = 0; i < m; ++i) {
+      const auto& [ch, row] = drawn_by[static_cast<size_t>(i)];
+      if (ch) params[static_cast<size_t>(i)] = ch->draws ? ch->draws[row] : ch->draw;
+    }
     const sample::DeviceDraws d = sample::draw_on_backend(be, lg.data(), m, V, params);
     for (int64_t i = 0; i < m; ++i) {
-      const Chunk* ch = drawn_by[static_cast<size_t>(i)];
+      const auto& [ch, row] = drawn_by[static_cast<size_t>(i)];
       if (!ch) continue;
-      *ch->token = d.ids[static_cast<size_t>(i)];
-      if (ch->draw.logprobs < 0 || d.logprob.empty()) continue;
-      if (ch->logprob) *ch->logprob = d.logprob[static_cast<size_t>(i)];
-      for (int64_t j = 0; j < ch->draw.logprobs; ++j) {
+      ch->token[row] = d.ids[static_cast<size_t>(i)];
+      const int64_t n_lp = params[static_cast<size_t>(i)].logprobs;
+      if (n_lp < 0 || d.logprob.empty()) continue;
+      if (ch->logprob) ch->logprob[row] = d.logprob[static_cast<size_t>(i)];
+      for (int64_t j = 0; j < n_lp; ++j) {
         const auto at = static_cast<size_t>(i * d.max_logprobs + j);
-        if (ch->top_ids) ch->top_ids[j] = d.top_ids[at];
-        if (ch->top_logprobs) ch->top_logprobs[j] = d.top_logprobs[at];
+        if (ch->top_ids) ch->top_ids[row * n_lp + j] = d.top_ids[at];
+        if (ch->top_logprobs) ch->top_logprobs[row * n_lp + j] = d.top_logprobs[at];
       }
     }
   }

@@ -42,9 +42,11 @@ struct Chunk {
   float* logits = nullptr;  // [n or 1, vocab] fp32, or null for none
   // Host: the last row's token drawn on the backend by `draw` (greedy, or temperature,
   // top-k, top-p, min-p with the host's uniform), so only the id comes back; with or
-  // without `logits` (not with all_logits).
+  // without `logits`. With all_logits, every row's token, row i drawn by draws[i] (host [n]):
+  // token and logprob are then [n], top_ids and top_logprobs [n, draws[0].logprobs].
   int32_t* token = nullptr;
   kernels::DrawParams draw{};
+  const kernels::DrawParams* draws = nullptr;
   // With draw.logprobs >= 0, host: the token's logprob, and [draw.logprobs] best ids and
   // logprobs (past the vocabulary: -1).
   float* logprob = nullptr;

@@ -20,4 +20,12 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> ctr, std::array<ui
 // the first two words of philox4x32_10({step, stream}, seed).
 double draw_uniform(uint64_t seed, uint64_t step, uint64_t stream = 0);
 
+// Speculative decoding's acceptance test of the draft token at output position `step`: a
+// uniform independent of draw_uniform's, draw_uniform(seed, step, stream | kAcceptStream)
+// (completion indices stay far below 2^63).
+inline constexpr uint64_t kAcceptStream = uint64_t{1} << 63;
+inline double accept_uniform(uint64_t seed, uint64_t step, uint64_t stream = 0) {
+  return draw_uniform(seed, step, stream | kAcceptStream);
+}
+
 }  // namespace deepinfer::sample

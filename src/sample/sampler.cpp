@@ -216,6 +216,13 @@ void Sampler::distribution(const SampleRequest& r, std::span<double> out) {
   for (size_t i = 0; i < out.size(); ++i) out[i] = ws.x[i] / total;
 }
 
+std::optional<TokenLogprob> Sampler::logprob(const SampleRequest& r, int32_t token) {
+  DI_CHECK(r.params != nullptr, "SampleRequest.params is null");
+  if (!r.params->logprobs) return std::nullopt;
+  if (ws_.empty()) ws_.push_back(std::make_unique<Workspace>());
+  return make_logprob(r, token, *ws_[0]);
+}
+
 void sample_batch(std::span<const SampleRequest> reqs, std::span<SampleResult> out, core::ThreadPool* pool) {
   Sampler s;
   s.sample_batch(reqs, out, pool);

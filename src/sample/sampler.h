@@ -94,6 +94,9 @@ class Sampler {
   // Steps (1)-(4): out [vocab] fp64 = the distribution step (5) draws from (zero outside the
   // kept set; one-hot for a greedy row). For tests and draft verification.
   void distribution(const SampleRequest& r, std::span<double> out);
+  // Step (0) for a given token (a verified draft): its logprob and the top-n of r's row, or
+  // nullopt when params.logprobs is unset.
+  std::optional<TokenLogprob> logprob(const SampleRequest& r, int32_t token);
 
   struct Workspace;
 

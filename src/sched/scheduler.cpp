@@ -20,8 +20,10 @@ int64_t Scheduler::replay_from(const Sequence& s, int64_t start, int64_t n) cons
   return std::clamp<int64_t>(tail_start - start, 0, n);
 }
 
-void Scheduler::preempt(Sequence* seq) {
+void Scheduler::preempt(Sequence* seq, StepPlan& plan) {
   cache_.release(seq->id);
+  ++plan.n_preempted;
+  plan.preempted.push_back(seq);
   seq->num_computed = 0;
   seq->status = SeqStatus::kWaiting;
   ++seq->preemptions;
@@ -40,6 +42,10 @@ StepPlan Scheduler::schedule() {
     const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
     const int64_t n = std::min(remaining, budget);
     if (n <= 0) return false;
+    // A decode with a draft verifies what of it fits the step's tokens and the memory budget
+    // (without preempting anyone for it).
+    int64_t n_draft = remaining == 1 ? std::min(static_cast<int64_t>(s->draft.size()), budget - 1) : 0;
+    while (n_draft > 0 && !cache_.fits(s->id, s->num_computed + 1 + n_draft)) --n_draft;
     // Memory: preempt the newest running sequences (not yet in this step) until it fits.
     while (!cache_.fits(s->id, s->num_computed + n)) {
       Sequence* victim = nullptr;
@@ -49,20 +55,20 @@ StepPlan Scheduler::schedule() {
           break;
         }
       if (!victim) return false;
-      preempt(victim);
-      ++plan.n_preempted;
+      preempt(victim, plan);
     }
     cache_.acquire(s->id);
-    cache_.reserve(s->id, s->num_computed + n);
+    cache_.reserve(s->id, s->num_computed + n + n_draft);
     ScheduledChunk c;
     c.seq = s;
     c.start = s->num_computed;
     c.n = n;
     c.replay_from = replay_from(*s, c.start, n);
     c.sample = c.start + n == static_cast<int64_t>(s->tokens.size());
+    c.n_draft = n_draft;
     plan.chunks.push_back(c);
-    plan.n_tokens += n;
-    budget -= n;
+    plan.n_tokens += n + n_draft;
+    budget -= n + n_draft;
     scheduled.push_back(s);
     return true;
   };
@@ -73,10 +79,7 @@ StepPlan Scheduler::schedule() {
     if (s->status != SeqStatus::kRunning) continue;  // preempted above
     if (!plan_chunk(s)) {
       // Not even this one fits alone: preempt it (it will be recomputed when memory frees).
-      if (!cache_.fits(s->id, s->num_computed + 1) && running_.size() > 1) {
-        preempt(s);
-        ++plan.n_preempted;
-      }
+      if (!cache_.fits(s->id, s->num_computed + 1) && running_.size() > 1) preempt(s, plan);
     }
   }
   // Then waiting sequences, oldest first.
@@ -96,10 +99,7 @@ StepPlan Scheduler::schedule() {
     if (!running_.empty()) {
       s = running_.front();  // sorted by id: the oldest
       const std::vector<Sequence*> others(running_.begin() + 1, running_.end());
-      for (Sequence* r : others) {
-        preempt(r);
-        ++plan.n_preempted;
-      }
+      for (Sequence* r : others) preempt(r, plan);
     } else {
       s = waiting_.front();
       waiting_.pop_front();

@@ -2,7 +2,8 @@
 //
 // Purpose: the tokens (prompt then generated), how many of them the model state already
 // holds, and the request it belongs to. A request with n > 1 has n sequences.
-// Invariants: 0 <= num_computed <= tokens.size(); prompt_len <= tokens.size().
+// Invariants: 0 <= num_computed <= tokens.size(); prompt_len <= tokens.size(); drafts are
+// never part of tokens.
 // Threading: engine thread only.
 #pragma once
 
@@ -22,6 +23,9 @@ struct Sequence {
   int64_t num_computed = 0;       // tokens whose state the cache holds
   SeqStatus status = SeqStatus::kWaiting;
   int64_t preemptions = 0;
+  // Speculative decoding: tokens proposed to follow `tokens` (verified in the next step when the
+  // sequence decodes; the engine clears them after each step).
+  std::vector<int64_t> draft;
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
 };
 

@@ -186,6 +186,16 @@ TEST_F(Cli, InfoPlansEngramTablesWhereTheFlagSays) {
               HasSubstr("EngineConfig.engram_tables: expected \"host\" or \"device\", got \"gpu\""));
 }
 
+// --speculative: only dspark, K in 1..5; a checkpoint without draft stages is refused by name.
+TEST_F(Cli, SpeculativeFlagsAreChecked) {
+  EXPECT_THAT(expect_error("generate --model " + quote(kCed) + " --prompt-ids 5 --speculative eagle"),
+              HasSubstr("flag --speculative: expected 'dspark', got 'eagle'"));
+  EXPECT_THAT(expect_error("generate --model " + quote(kCed) + " --prompt-ids 5 --speculative dspark --num-speculative-tokens 6"),
+              HasSubstr("flag --num-speculative-tokens"));
+  EXPECT_THAT(expect_error("generate --model " + quote(kCed) + " --prompt-ids 5 --speculative dspark"),
+              HasSubstr("has no DSpark draft stages (config.json num_nextn_predict_layers is 0, no mtp.* weights)"));
+}
+
 // run-batch reports the plan it checked on stderr when it starts; logits with its load time.
 TEST_F(Cli, RunBatchAndLogitsReportTheirMemory) {
   const std::string q = std::string(DEEPINFER_TEST_DATA) + "/v41/full-q";

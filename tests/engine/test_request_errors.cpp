@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deepinfer/llm.h"
+#include "engine/oracle_drafter.h"
 #include "engine/random_model.h"
 #include "loader/checkpoint.h"
 
@@ -150,4 +151,53 @@ TEST(EngineRequestErrors, TokenizerLargerThanTheVocabularyUnderAGrammar) {
   EXPECT_EQ(outs[1].error, "");
   ASSERT_EQ(outs[1].outputs.size(), 1u);
   EXPECT_EQ(outs[1].outputs[0].token_ids.size(), 3u);
+}
+
+// Speculative decoding: a NaN in a verify row fails the request exactly where plain decoding
+// fails it (the tokens before it kept, the same message), and a NaN in a row past a rejected
+// draft is never read.
+TEST(EngineRequestErrors, NanRowsUnderSpeculationFailWherePlainDecodingFails) {
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 10;
+  greedy.ignore_eos = true;
+  SamplingParams host = greedy;  // rows through the sampler
+  host.repetition_penalty = 1.2f;
+  SamplingParams sampled = greedy;
+  sampled.temperature = 1.0f;
+  sampled.seed = 3;
+  const std::vector<SamplingParams> params{greedy, host, sampled};
+  auto requests = [&] {
+    std::vector<engine::EngineRequest> reqs;
+    for (size_t i = 0; i < params.size(); ++i) {
+      engine::EngineRequest r;
+      r.request_id = std::to_string(i);
+      r.prompt_ids = {5, 9, 11};
+      r.params = params[i];
+      reqs.push_back(r);
+    }
+    return reqs;
+  };
+  testing_util::EngineRig clean(testing_util::fixture("full"), engine::LoadFormat::kAuto);
+  const auto expected = testing_util::outputs_of(clean.run(requests(), clean.options()));
+  ASSERT_EQ(expected[0][0].size(), 10u);
+  // Poison the greedy output's fourth token: plain decoding fails once that token is fed.
+  const int32_t poison = expected[0][0][3];
+  testing_util::EngineRig rig(nan_checkpoint(poison), engine::LoadFormat::kAuto);
+  const auto ref = rig.run(requests(), rig.options());
+  EXPECT_THAT(ref[0].error, HasSubstr("NaN in the logits"));
+  for (int64_t k : {2, 5}) {
+    engine::EngineOptions o = rig.options();
+    auto oracle = std::make_shared<testing_util::OracleDrafter>(expected, rig.vocab(),
+                                                                [](size_t, int64_t pos, int64_t i) { return (pos + i) % 3 == 2; });
+    oracle->set_wrong_token(poison);  // wrong drafts are the poisoned token
+    o.speculative = {oracle, k};
+    const auto got = rig.run(requests(), o);
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      EXPECT_EQ(got[i].error, ref[i].error) << "k " << k << ", request " << i;
+      EXPECT_EQ(got[i].outputs[0].token_ids, ref[i].outputs[0].token_ids) << "k " << k << ", request " << i;
+      EXPECT_EQ(got[i].outputs[0].finish_reason, ref[i].outputs[0].finish_reason) << "k " << k << ", request " << i;
+    }
+  }
 }

@@ -11,45 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "sample/chi_square.h"
 #include "sample/sampler.h"
 
 using namespace deepinfer;
 using namespace deepinfer::sample;
+using deepinfer::testing::chi2_sf;
 
 namespace {
-
-// ---- chi-square survival function: Q(df/2, x/2), the regularized upper incomplete gamma ----
-
-double upper_gamma_q(double a, double x) {
-  if (x <= 0.0) return 1.0;
-  const double log_prefix = -x + a * std::log(x) - std::lgamma(a);
-  if (x < a + 1.0) {  // series for P(a, x)
-    double term = 1.0 / a, sum = term;
-    for (int n = 1; n < 10000 && std::fabs(term) > std::fabs(sum) * 1e-16; ++n) {
-      term *= x / (a + n);
-      sum += term;
-    }
-    return 1.0 - sum * std::exp(log_prefix);
-  }
-  // Continued fraction for Q(a, x) (modified Lentz).
-  const double tiny = 1e-300;
-  double b = x + 1.0 - a, c = 1.0 / tiny, d = 1.0 / b, h = d;
-  for (int i = 1; i < 10000; ++i) {
-    const double an = -i * (i - a);
-    b += 2.0;
-    d = an * d + b;
-    if (std::fabs(d) < tiny) d = tiny;
-    c = b + an / c;
-    if (std::fabs(c) < tiny) c = tiny;
-    d = 1.0 / d;
-    const double delta = d * c;
-    h *= delta;
-    if (std::fabs(delta - 1.0) < 1e-15) break;
-  }
-  return std::exp(log_prefix) * h;
-}
-
-double chi2_sf(double chi2, int df) { return upper_gamma_q(0.5 * df, 0.5 * chi2); }
 
 // ---- an independent reference of steps (3)-(4): full sorts, no shortcuts ----
 

@@ -1,0 +1,132 @@
+// Test helper: an oracle drafter and an engine on a loaded model, for the speculative decoding
+// tests. The oracle proposes the target's own continuation (taken from a run without
+// speculation), cut to a chosen length and with wrong tokens at chosen positions, so that long
+// acceptances and rejections at every position of a block are exercised; or (probabilistic) each
+// token drawn from a distribution that mixes the oracle's token with the uniform one.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "engine/engine.h"
+#include "engine/load_model.h"
+#include "kernels/backend.h"
+#include "runner/batch_runner.h"
+#include "sample/rng.h"
+#include "spec/drafter.h"
+
+namespace deepinfer::testing_util {
+
+class OracleDrafter : public spec::Drafter {
+ public:
+  // expected[request][completion]: that completion's output tokens without speculation.
+  // wrong(request, position, i): draft i of a block whose first draft is output position
+  // `position` is replaced by another token. length(request, position, k): how many of the k
+  // asked-for drafts to propose. probabilistic: each draft drawn (seeded by the request's seed
+  // and the position) from q = mix * one-hot(oracle token) + (1 - mix) / vocab.
+  OracleDrafter(std::vector<std::vector<std::vector<int32_t>>> expected, int64_t vocab,
+                std::function<bool(size_t, int64_t, int64_t)> wrong = nullptr,
+                std::function<int64_t(size_t, int64_t, int64_t)> length = nullptr, bool probabilistic = false,
+                double mix = 0.5)
+      : expected_(std::move(expected)), vocab_(vocab), wrong_(std::move(wrong)), length_(std::move(length)),
+        probabilistic_(probabilistic), mix_(mix) {}
+
+  void propose(std::span<const spec::DraftQuery> queries, std::span<spec::Draft> out) override {
+    for (size_t q = 0; q < queries.size(); ++q) {
+      const spec::DraftQuery& d = queries[q];
+      const std::vector<int32_t>& want = expected_[d.request][static_cast<size_t>(d.completion)];
+      const int64_t pos = static_cast<int64_t>(d.tokens.size()) - d.prompt_len;
+      const int64_t n = length_ ? std::min(d.k, length_(d.request, pos, d.k)) : d.k;
+      for (int64_t i = 0; i < n; ++i) {
+        const auto at = static_cast<size_t>(pos + i);
+        int64_t tok = at < want.size() ? want[at] : (pos + i) % vocab_;
+        if (wrong_ && wrong_(d.request, pos, i)) tok = wrong_token_ >= 0 ? wrong_token_ : (tok + 1 + i) % vocab_;
+        if (probabilistic_) tok = draw(d, pos + i, tok, out[q]);
+        out[q].tokens.push_back(tok);
+      }
+      ++proposals_;
+    }
+  }
+  void verified(int64_t, int64_t drafted, int64_t accepted) override {
+    verified_drafts_ += drafted;
+    accepted_ += accepted;
+  }
+  void release(int64_t) override { ++released_; }
+
+  // Wrong drafts are this token (>= 0) instead of a neighbour of the right one.
+  void set_wrong_token(int64_t t) { wrong_token_ = t; }
+
+  int64_t proposals() const { return proposals_; }
+  int64_t verified_drafts() const { return verified_drafts_; }
+  int64_t accepted() const { return accepted_; }
+  int64_t released() const { return released_; }
+
+ private:
+  // Draws from q = mix * one-hot(tok) + (1 - mix) / vocab with a uniform keyed by the request's
+  // seed and the position, appending q to the draft's distributions.
+  int64_t draw(const spec::DraftQuery& d, int64_t pos, int64_t tok, spec::Draft& out) const {
+    const size_t V = static_cast<size_t>(vocab_);
+    const size_t row = out.probs.size();
+    out.probs.resize(row + V, static_cast<float>((1.0 - mix_) / static_cast<double>(vocab_)));
+    out.probs[row + static_cast<size_t>(tok)] += static_cast<float>(mix_);
+    const double u = sample::draw_uniform(core::splitmix64(d.seed ^ 0x5eedu), static_cast<uint64_t>(pos),
+                                          static_cast<uint64_t>(d.completion));
+    double acc = 0;
+    for (size_t i = 0; i < V; ++i) {
+      acc += out.probs[row + i];
+      if (u < acc) return static_cast<int64_t>(i);
+    }
+    return tok;
+  }
+
+  std::vector<std::vector<std::vector<int32_t>>> expected_;
+  int64_t vocab_;
+  std::function<bool(size_t, int64_t, int64_t)> wrong_;
+  std::function<int64_t(size_t, int64_t, int64_t)> length_;
+  bool probabilistic_;
+  double mix_;
+  int64_t wrong_token_ = -1;
+  int64_t proposals_ = 0, verified_drafts_ = 0, accepted_ = 0, released_ = 0;
+};
+
+// A model loaded once, and engines run on it with given options.
+struct EngineRig {
+  EngineRig(const std::string& dir, engine::LoadFormat format, uint64_t seed = 0, const std::string& device = "cpu")
+      : backend(kernels::make_backend(device, 2)), lm(engine::load_model(dir, *backend, format, seed)),
+        batches(std::make_unique<runner::BatchRunner>(*lm.model)) {}
+
+  engine::EngineOptions options() const {
+    engine::EngineOptions o;
+    o.sched.replay_tail = lm.model->config().sliding_window;
+    o.sched.replay_supported = lm.model->late_layer_start() < lm.model->config().num_hidden_layers;
+    return o;
+  }
+  std::vector<RequestOutput> run(const std::vector<engine::EngineRequest>& reqs, const engine::EngineOptions& o,
+                                 engine::StepTimes* times = nullptr) {
+    engine::Engine eng(*batches, lm.tokenizer.get(), o);
+    auto outs = eng.run(reqs);
+    if (times) *times = eng.times();
+    return outs;
+  }
+  int64_t vocab() const { return lm.model->config().vocab_size; }
+
+  std::unique_ptr<kernels::Backend> backend;
+  engine::LoadedModel lm;
+  std::unique_ptr<runner::BatchRunner> batches;
+};
+
+// Each request's completions' output tokens.
+inline std::vector<std::vector<std::vector<int32_t>>> outputs_of(const std::vector<RequestOutput>& outs) {
+  std::vector<std::vector<std::vector<int32_t>>> e;
+  for (const auto& o : outs) {
+    e.emplace_back();
+    for (const auto& c : o.outputs) e.back().push_back(c.token_ids);
+  }
+  return e;
+}
+
+}  // namespace deepinfer::testing_util
