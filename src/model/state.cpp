@@ -111,18 +111,21 @@ void SequenceState::rollback(int64_t rows) {
   // A ring's rows dropped at its front by the last forward are still in place behind it: its
   // rows are then contiguous positions ending where that forward ended. Without the last
   // `rows`, it keeps the last window - 1 of them.
-  for (auto& w : windows_) {
-    if (w.pos.empty()) continue;  // a layer that no row has run yet (bounded replay)
+  // (The draft stages' rings the same way; they keep `window` rows, the layers' window - 1.)
+  auto roll_back_ring = [&](WindowRing& w, int64_t cap) {
+    if (w.pos.empty()) return;  // a layer that no row has run yet (bounded replay)
     DI_CHECK(w.pos.back() == length_ + rows - 1, "rollback of a window ring that the last forward did not end");
     const int64_t have = w.kv.dropped_front() + w.kv.size() - rows;
     DI_CHECK(have >= 0, "rollback past a window ring's rows");
-    const int64_t keep = std::min<int64_t>(c.sliding_window - 1, have);
+    const int64_t keep = std::min<int64_t>(cap, have);
     w.kv.restore_front(w.kv.dropped_front());
     w.kv.drop_back(rows);
     w.kv.drop_front(have - keep);
     w.pos.resize(static_cast<size_t>(keep));
     for (int64_t i = 0; i < keep; ++i) w.pos[static_cast<size_t>(i)] = length_ - keep + i;
-  }
+  };
+  for (auto& w : windows_) roll_back_ring(w, c.sliding_window - 1);
+  for (auto& w : draft_rings_) roll_back_ring(w, c.sliding_window);
   for (size_t l = 0; l < sources_.size(); ++l) {
     if (!c.is_kv_source(static_cast<int64_t>(l))) continue;
     SourceState& s = sources_[l];

@@ -312,6 +312,27 @@ TEST_P(DsparkRings, PrefillInAnyChunkingAndDecodeFillTheRings) {
   for (int64_t s = 0; s < 3; ++s) EXPECT_EQ(ring_bytes(dec.draft_ring(s), *fx.be), ring_bytes(ref.draft_ring(s), *fx.be));
 }
 
+// A rollback (speculative decoding) of the last forward's last rows leaves every stage's ring
+// as if those rows never ran: the same positions and bytes as feeding only the kept rows.
+TEST_P(DsparkRings, RollbackLeavesTheKeptRowsRings) {
+  DsparkModel fx(GetParam());
+  const std::vector<int64_t> toks = golden_tokens();
+  for (int64_t rows : {int64_t{1}, int64_t{4}, int64_t{6}}) {
+    SCOPED_TRACE("rollback of " + std::to_string(rows));
+    auto rolled = fx.m->new_state(), kept = fx.m->new_state();
+    rolled.set_rollback_rows(6);
+    fx.feed(toks, 0, 20, rolled, {20});
+    fx.feed(toks, 20, 26, rolled, {6});
+    rolled.rollback(rows);
+    fx.feed(toks, 0, 20, kept, {20});
+    if (rows < 6) fx.feed(toks, 20, 26 - rows, kept, {6 - rows});
+    for (int64_t s = 0; s < 3; ++s) {
+      EXPECT_EQ(rolled.draft_ring(s).pos, kept.draft_ring(s).pos) << "stage " << s;
+      EXPECT_EQ(ring_bytes(rolled.draft_ring(s), *fx.be), ring_bytes(kept.draft_ring(s), *fx.be)) << "stage " << s;
+    }
+  }
+}
+
 // Bounded replay runs the layers after the last KV source (two of the three taps) on the
 // prompt's last sliding_window rows only: the rings hold exactly those rows' keys, computed from
 // the tail (not the exact prefill's), in one chunk or several.
