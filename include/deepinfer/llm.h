@@ -41,7 +41,8 @@ struct EngineConfig {
   int64_t max_num_seqs = 64;               // sequences running at once
   int64_t memory_budget_bytes = 0;         // per-sequence state budget; 0 = unlimited
   double memory_fraction = 0.0;            // alternative: this fraction of physical RAM (CPU) or of the GPU
-                                           // memory free after loading (CUDA); 0 = unused
+                                           // memory free after loading and a warm-up forward (CUDA);
+                                           // 0 = none on the CPU, 0.9 on a GPU (state_budget_bytes())
   int64_t max_model_len = 0;               // longest sequence (prompt + max_tokens) a request may ask for;
                                            // 0 = config.json's max_position_embeddings (it may not exceed it)
   bool exact_prefill = false;              // true: every layer on every prompt row (no CED replay)
@@ -121,6 +122,10 @@ class LLM {
   // tables, the state of one sequence at max_model_len, the state budget, host bytes, and the
   // memory available then. (A model that does not fit throws from the constructor instead.)
   const std::string& memory_report() const;
+  // Bytes of per-sequence state a run may hold (0: unlimited): memory_budget_bytes, or
+  // memory_fraction (on a GPU by default 0.9) of the memory free after loading and a warm-up
+  // forward of the step's token budget, so that a step's working set always fits beside it.
+  int64_t state_budget_bytes() const;
 
   struct Impl;
 

@@ -1,6 +1,7 @@
 // LLM: the public offline API on top of the engine (load once, generate many).
 #include "deepinfer/llm.h"
 
+#include <algorithm>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include "core/json_input.h"
 #include "engine/engine.h"
 #include "engine/load_model.h"
+#include "engine/state_budget.h"
 #include "kernels/backend.h"
 #include "loader/checkpoint.h"
 #include "loader/config.h"
@@ -28,7 +30,8 @@ struct LLM::Impl {
   EngineStats stats;
   int64_t max_model_len = 0;  // resolved: EngineConfig.max_model_len or max_position_embeddings
   std::shared_ptr<grammar::GrammarCache> grammars;  // structured-output grammars, kept across runs
-  std::string memory_report;  // the memory plan checked at load, one line
+  std::string memory_report;  // the memory plan checked at load and the state budget, one line
+  int64_t state_budget = 0;   // bytes of per-sequence state every run may hold (0: unlimited)
 
   std::vector<RequestOutput> run(std::vector<engine::EngineRequest> reqs,
                                  const std::function<void(size_t, const RequestOutput&)>& on_finish = nullptr,
@@ -39,9 +42,7 @@ struct LLM::Impl {
     o.sched.exact_prefill = cfg.exact_prefill;
     o.sched.replay_tail = lm.model->config().sliding_window;
     o.sched.replay_supported = lm.model->late_layer_start() < lm.model->config().num_hidden_layers;
-    o.memory_budget_bytes = cfg.memory_budget_bytes;
-    if (o.memory_budget_bytes <= 0 && cfg.memory_fraction > 0)  // of RAM, or of free GPU memory after loading
-      o.memory_budget_bytes = static_cast<int64_t>(static_cast<double>(lm.model->backend().memory_available()) * cfg.memory_fraction);
+    o.memory_budget_bytes = state_budget;
     o.seed = cfg.seed;
     o.sample_on_backend = cfg.sample_on_backend;
     o.on_text = on_text;
@@ -94,7 +95,6 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   impl_->lm = engine::load_model(config.model, *impl_->backend,
                                  config.load_format == "random" ? engine::LoadFormat::kRandom : engine::LoadFormat::kAuto,
                                  config.seed, memory);
-  impl_->memory_report = model::memory_plan_summary(impl_->lm.memory, impl_->lm.available);
 
   impl_->batches = std::make_unique<runner::BatchRunner>(*impl_->lm.model);
   const int64_t positions = impl_->lm.model->config().max_position_embeddings;
@@ -102,6 +102,14 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
     throw Error("EngineConfig.max_model_len = " + std::to_string(config.max_model_len) +
                 " is longer than the model's max_position_embeddings = " + std::to_string(positions));
   impl_->max_model_len = config.max_model_len > 0 ? config.max_model_len : positions;
+  // Taken once, after loading: a step's working set stays in the backend's pool, so later runs
+  // see less free memory but the same room for state.
+  const engine::StateBudget budget = engine::plan_state_budget(
+      *impl_->batches, {.bytes = config.memory_budget_bytes,
+                        .fraction = config.memory_fraction,
+                        .warmup_tokens = std::min(config.max_num_batched_tokens, impl_->max_model_len)});
+  impl_->state_budget = budget.bytes;
+  impl_->memory_report = model::memory_plan_summary(impl_->lm.memory, impl_->lm.available, budget.how);
 }
 
 LLM::~LLM() = default;
@@ -110,6 +118,7 @@ int64_t LLM::vocab_size() const { return impl_->lm.model->config().vocab_size; }
 int64_t LLM::max_model_len() const { return impl_->max_model_len; }
 const EngineStats& LLM::last_stats() const { return impl_->stats; }
 const std::string& LLM::memory_report() const { return impl_->memory_report; }
+int64_t LLM::state_budget_bytes() const { return impl_->state_budget; }
 
 std::vector<RequestOutput> LLM::generate(const std::vector<Prompt>& prompts, const SamplingParams& params) {
   return generate(prompts, std::vector<SamplingParams>(prompts.size(), params));

@@ -82,7 +82,7 @@ std::string budget_str(const MemoryPlan& p, const MemoryAvailable& a, bool brief
   if (o.state_budget_bytes > 0) return "state budget " + human_bytes(static_cast<double>(o.state_budget_bytes));
   if (o.memory_fraction > 0) {
     std::ostringstream s;
-    s << "state budget " << o.memory_fraction << " of the memory free after loading";
+    s << "state budget " << o.memory_fraction << (o.host_backend ? " of physical memory" : " of the memory free after loading and a warm-up forward");
     if (!o.host_backend && a.device >= 0)
       s << " (about " << human_bytes(o.memory_fraction * static_cast<double>(std::max<int64_t>(0, a.device - p.device_weight_bytes())))
         << ")";
@@ -166,9 +166,16 @@ int64_t MemoryPlan::host_needed() const {
   return host_copies + host_scratch + (options.host_backend ? state_needed() : 0);
 }
 
+double effective_memory_fraction(bool host_backend, int64_t budget_bytes, double fraction) {
+  if (budget_bytes > 0) return 0;
+  if (fraction > 0) return fraction;
+  return host_backend ? 0 : kDeviceMemoryFraction;
+}
+
 MemoryPlan plan_memory(const loader::ModelConfig& c, const loader::Checkpoint* ck, const PlanOptions& o) {
   MemoryPlan p;
   p.options = o;
+  p.options.memory_fraction = effective_memory_fraction(o.host_backend, o.state_budget_bytes, o.memory_fraction);
   p.engram_tables_host = !o.host_backend && o.engram_tables_on_host && !c.engram_layer_ids.empty();
   if (ck) plan_checkpoint(*ck, p);
   else plan_random(c, p);
@@ -237,9 +244,9 @@ std::string describe_memory_plan(const MemoryPlan& p, const MemoryAvailable& a) 
   return s.str();
 }
 
-std::string memory_plan_summary(const MemoryPlan& p, const MemoryAvailable& a) {
+std::string memory_plan_summary(const MemoryPlan& p, const MemoryAvailable& a, const std::string& budget) {
   const PlanOptions& o = p.options;
-  std::string s = "memory on " + o.device + ": " + weights_str(p) + "; " + state_str(p) + "; " + budget_str(p, a, true);
+  std::string s = "memory on " + o.device + ": " + weights_str(p) + "; " + state_str(p) + "; " + (budget.empty() ? budget_str(p, a, true) : budget);
   if (!o.host_backend)
     s += "; needs " + human_bytes(static_cast<double>(p.device_needed())) + " of " + avail_str(a.device) + " free";
   s += "; host " + human_bytes(static_cast<double>(p.host_needed())) + " of " + avail_str(a.host) + " available";

@@ -42,6 +42,13 @@ struct FormatBytes {
 // The format load_model makes random matrices in: bf16 when the backend computes in bf16 (the
 // values its products use anyway, at half the memory), float32 otherwise.
 kernels::WeightFormat random_matmul_format(kernels::Precision p);
+// The state budget's fraction of the memory free after loading on a device backend when neither
+// a byte budget nor a fraction is given (engine/state_budget.h takes it after a warm-up forward).
+inline constexpr double kDeviceMemoryFraction = 0.9;
+// The fraction in effect: 0 under a byte budget, else `fraction`, else kDeviceMemoryFraction on a
+// device backend (0, unlimited, on a host backend).
+double effective_memory_fraction(bool host_backend, int64_t budget_bytes, double fraction);
+
 // Random weights are generated in the backend's memory unless the backend computes in host
 // memory anyway (release formats are quantised there too, through a float32 temporary of at
 // most 256 MiB in the device's memory, which the plan does not count).
@@ -54,7 +61,8 @@ struct PlanOptions {
   int64_t state_tokens = 0;         // one sequence's context the state must hold (0 or more than
                                     // max_position_embeddings: max_position_embeddings)
   int64_t state_budget_bytes = 0;   // the engine's state budget in bytes (0: none)
-  double memory_fraction = 0;       // or this fraction of the memory free after loading (0: none)
+  double memory_fraction = 0;       // or this fraction of the memory free after loading (0: none;
+                                    // plan_memory resolves it by effective_memory_fraction)
   bool engram_tables_on_host = true;  // device backends: Engram tables stay in host memory
 };
 
@@ -100,7 +108,8 @@ void check_memory_plan(const MemoryPlan& p, const MemoryAvailable& a, const std:
 
 // The plan for `deepinfer info`, one figure a line.
 std::string describe_memory_plan(const MemoryPlan& p, const MemoryAvailable& a);
-// One line for the engine's start: weights per format, Engram tables, state, host, available.
-std::string memory_plan_summary(const MemoryPlan& p, const MemoryAvailable& a);
+// One line for the engine's start: weights per format, Engram tables, state, host, available;
+// `budget` in place of the plan's budget rule when the engine has resolved it (StateBudget::how).
+std::string memory_plan_summary(const MemoryPlan& p, const MemoryAvailable& a, const std::string& budget = "");
 
 }  // namespace deepinfer::model

@@ -156,7 +156,11 @@ TEST_F(Cli, InfoPrintsTheMemoryPlan) {
   ASSERT_EQ(d.code, 0) << d.err;
   EXPECT_THAT(d.out, HasSubstr("memory plan: random weights made on the backend, on cuda\n"));
   EXPECT_THAT(d.out, ::testing::ContainsRegex("  weights [0-9.]+ [KM]B: BF16 "));
-  EXPECT_THAT(d.out, HasSubstr("state budget 0.5 of the memory free after loading"));
+  EXPECT_THAT(d.out, HasSubstr("state budget 0.5 of the memory free after loading and a warm-up forward"));
+  // A GPU's default budget: 0.9 of what is free then (the CPU has none by default, above).
+  const Outcome g = run("info --model " + quote(kCed) + " --device cuda --load-format random");
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_THAT(g.out, HasSubstr("state budget 0.9 of the memory free after loading and a warm-up forward"));
   EXPECT_THAT(d.out, HasSubstr("needs on cuda: "));
   EXPECT_THAT(d.out, HasSubstr("host allocations: none"));
   EXPECT_THAT(expect_error("info --model " + quote(kCed) + " --device tpu"), HasSubstr("flag --device"));

@@ -1,5 +1,6 @@
 // The offline engine end to end: the reference's greedy continuations, invariance of every
 // output to batching, chunking and preemption, stop conditions, n > 1, per-request errors.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "core/npy.h"
 #include "deepinfer/llm.h"
 #include "engine/random_model.h"
+#include "kernels/backend.h"
 #include "model/devices.h"
 
 using namespace deepinfer;
@@ -320,6 +322,49 @@ TEST_P(EngineOnDevice, RowsDrawnOnTheBackendGiveTheSamplersTokens) {
       }
     }
     EXPECT_EQ(got[i].outputs[0].token_ids.size(), 5u);
+  }
+}
+
+// The state budget: a byte budget as given; a fraction of physical memory on the CPU (no budget
+// by default); on a GPU by default 0.9 of the memory free once the model is loaded and a
+// warm-up forward of the step's token budget has left its working set in the backend's pool.
+TEST_P(EngineOnDevice, StateBudgetLeavesRoomForTheStep) {
+  EngineConfig c = random_config();
+  c.device = GetParam();
+  c.max_num_batched_tokens = 300;
+  const bool cpu = GetParam().rfind("cpu", 0) == 0;
+  const int64_t free_before = kernels::make_backend(c.device, 1, c.dtype)->memory_available();
+  {
+    LLM llm(c);
+    if (cpu) {
+      EXPECT_EQ(llm.state_budget_bytes(), 0);
+      EXPECT_THAT(llm.memory_report(), ::testing::HasSubstr("; no state budget;"));
+    } else {
+      const int64_t free_now = kernels::make_backend(c.device, 1, c.dtype)->memory_available();
+      EXPECT_LT(free_now, free_before);
+      EXPECT_NEAR(static_cast<double>(llm.state_budget_bytes()), 0.9 * static_cast<double>(free_now), 0.01 * static_cast<double>(free_now));
+      EXPECT_THAT(llm.memory_report(), ::testing::ContainsRegex("state budget [0-9.]+ [KMGT]?B \\(0.9 of [0-9.]+ [KMGT]?B free after a "
+                                                                "warm-up forward of 300 tokens\\)"));
+      SamplingParams p;
+      p.max_tokens = 4;
+      p.ignore_eos = true;
+      const auto outs = llm.generate({Prompt::from_ids({5, 6, 7})}, p);
+      EXPECT_TRUE(outs[0].error.empty()) << outs[0].error;
+      EXPECT_EQ(outs[0].outputs[0].token_ids.size(), 4u);
+    }
+  }
+  c.memory_fraction = 0.5;
+  {
+    LLM llm(c);
+    const int64_t avail = kernels::make_backend(c.device, 1, c.dtype)->memory_available();
+    EXPECT_NEAR(static_cast<double>(llm.state_budget_bytes()), 0.5 * static_cast<double>(avail), 0.01 * static_cast<double>(avail));
+    EXPECT_THAT(llm.memory_report(), ::testing::HasSubstr(cpu ? " of physical memory)" : " free after a warm-up forward of 300 tokens)"));
+  }
+  c.memory_budget_bytes = 3'000'000;
+  {
+    LLM llm(c);
+    EXPECT_EQ(llm.state_budget_bytes(), 3'000'000);
+    EXPECT_THAT(llm.memory_report(), ::testing::HasSubstr("; state budget 3 MB;"));
   }
 }
 
