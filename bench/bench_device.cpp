@@ -248,9 +248,11 @@ int run(int argc, char** argv) {
   auto batches = std::make_unique<runner::BatchRunner>(*m);
   batches->set_graphs(graphs);
   be->synchronize();
-  std::printf("model %s: %.2fB parameters (%.2fB active per token), weights %.1f GB (%s), made in %.1f s on %s, dtype %s, batch invariant %s, graphs %s\n",
+  const std::string stages_note =
+      pc.draft > 0 ? " + " + num("%.2f", static_cast<double>(pc.draft) / 1e9) + "B in the DSpark draft stages" : "";
+  std::printf("model %s: %.2fB parameters (%.2fB active per token)%s, weights %.1f GB (%s), made in %.1f s on %s, dtype %s, batch invariant %s, graphs %s\n",
               config_dir.c_str(), static_cast<double>(pc.total()) / 1e9, static_cast<double>(pc.active_per_token(cfg)) / 1e9,
-              stored / 1e9, cfg.quantization.present ? "release formats" : format.c_str(), since(t0), device.c_str(), dtype.c_str(), invariant ? "on" : "off", batches->graphs() ? "on" : "off");
+              stages_note.c_str(), stored / 1e9, cfg.quantization.present ? "release formats" : format.c_str(), since(t0), device.c_str(), dtype.c_str(), invariant ? "on" : "off", batches->graphs() ? "on" : "off");
   std::printf("limits: %.2f TB/s memory bandwidth, %.0f TFLOP/s matmul peak\n", bandwidth / 1e12, peak / 1e12);
   if (!engram_rows.empty()) {
     // Per token: each layer's rows (from the table in device memory, or packed on the host and
