@@ -24,8 +24,6 @@
 //                     [--verify-curve 0|1] [--draft-tokens 0,1,2,3,4,5] [--acceptance 3.5,5.5]
 //   batch 1 decodes at --context tokens of context; larger batches at --batch-context each.
 #include <algorithm>
-#include <type_traits>
-#include <utility>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +32,8 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -425,7 +425,8 @@ int run(int argc, char** argv) {
     std::printf("verify batch %4lld, context %5lld: plain decode %.2f ms with the draft stages off, %s on (k = 0 below); "
                 "draft round %.2f ms (min %.2f) for %lld sequences' blocks of %lld: %.2f GB -> %.1f%% of bandwidth (roofline %.2f ms)\n",
                 static_cast<long long>(B), static_cast<long long>(ctx), tp * 1e3,
-                k0 == rows.end() ? "not measured (no k = 0)" : (num("%.2f", k0->step * 1e3) + " ms").c_str(), td * 1e3, tdmin * 1e3, static_cast<long long>(B), static_cast<long long>(block), draft_bytes / 1e9,
+                k0 == rows.end() ? "not measured (no k = 0)" : (num("%.2f", k0->step * 1e3) + " ms").c_str(), td * 1e3,
+                tdmin * 1e3, static_cast<long long>(B), static_cast<long long>(block), draft_bytes / 1e9,
                 100.0 * draft_bytes / td / bandwidth, draft_bytes / bandwidth * 1e3);
     std::vector<std::pair<int64_t, double>> best(taus.size(), {-1, 0.0});
     for (const Row& r : rows) {
