@@ -3,8 +3,8 @@
 # many jobs, run the GPU tests (op parity, the golden fixtures on the CUDA backend, the CLI
 # on --device cuda) and the benchmarks, and write a report under $OUT (or build/device-out).
 # Usage (through the device tool, carry [".debs"]): bash scripts/device_run.sh [STAGE ...]
-#   stages: test (default), bench, lab, release, engram, sweep, ab, engine, profile, kernels, trace, detail, check, probe, baseline,
-#   all (all but baseline, kernels, trace, detail and probe);
+#   stages: test (default), bench, lab, release, engram, spec, sweep, ab, engine, profile, kernels, trace, detail, check, probe,
+#   baseline, all (all but baseline, kernels, trace, detail, probe and spec);
 #   BENCH_ARGS are passed to bench/bench_device (also under sweep, once per setting of SWEEP),
 #   TRACE_ARGS to it under the trace, LAB_ARGS to bench/bench_cuda_ops under lab (e.g. "--lab --family linear")
 set -uo pipefail
@@ -94,6 +94,19 @@ for stage in $STAGES; do
         # shellcheck disable=SC2086
         ./build/cuda/bench/bench_device --config bench/configs/v41-flash-l40-e128-engram --engram-tables $place \
           --batches 1,64,256 --prompts 4 --steps 8 ${ENGRAM_ARGS:-} >> "$R" 2>&1
+        echo "bench_device exit $?" >> "$R"
+      done
+      ;;
+    spec)
+      # The verify curve of speculative decoding (docs/SPECULATIVE.md): bench_device --verify-curve
+      # on the bf16 shape and on the release formats at full depth, batches 1, 8, 64 and 256, k = 0..5
+      # drafts a sequence, the draft round, plain decoding with the draft stages off and on, and the
+      # speed-up computed at the published acceptance lengths; SPEC_ARGS are added to both.
+      for cfg in v41-flash-l16-e64 v41-flash-l40-e128; do
+        echo "== verify curve: bench_device --config bench/configs/$cfg --verify-curve 1 ${SPEC_ARGS:-}" >> "$R"
+        # shellcheck disable=SC2086
+        ./build/cuda/bench/bench_device --config bench/configs/$cfg --verify-curve 1 --batches 1,8,64,256 \
+          --draft-tokens 0,1,2,3,4,5 --prompts 0 --steps 8 ${SPEC_ARGS:-} >> "$R" 2>&1
         echo "bench_device exit $?" >> "$R"
       done
       ;;
