@@ -386,16 +386,28 @@ int run(int argc, char** argv) {
     std::vector<Row> rows;
     for (int64_t k : ks) {
       std::vector<double> times, rollbacks;
+      bool warned = false;
       for (int64_t s = -1; s < steps; ++s) {  // (s = -1: a step untimed, so graph captures stay out)
         // The anchor and its drafts as the continuation the context's tokens follow.
         bench::VerifyBatch v = bench::verify_batch(st, k, [&](int64_t q, int64_t j) { return token(q, ctx + s + j, cfg.vocab_size); });
         auto ts = Clock::now();
         batches->forward(std::span<runner::Chunk>(v.chunks));  // ends with the drawn ids' download
         const double t_step = since(ts);
-        for (int32_t id : v.drawn)
-          if (id < 0 || id >= cfg.vocab_size)
-            throw std::runtime_error("verify batch " + std::to_string(B) + ", k " + std::to_string(k) + ": a row drew no token (" +
-                                     std::to_string(id) + ")");
+        // Rows without a token (non-finite logits): how many, and the first few (sequence, row).
+        std::string bad;
+        int64_t nbad = 0;
+        for (size_t i = 0; i < v.drawn.size(); ++i)
+          if (v.drawn[i] < 0 || v.drawn[i] >= cfg.vocab_size) {
+            if (nbad++ < 8) bad += " (" + std::to_string(i / static_cast<size_t>(k + 1)) + ", " + std::to_string(i % static_cast<size_t>(k + 1)) + ")";
+          }
+        // Reported, not fatal: the time is the same, and random weights at full depth can give a row
+        // non-finite logits (seen at l40-e128 release formats: 1 row of 384, data-dependent).
+        if (nbad > 0 && !warned) {
+          warned = true;
+          std::fprintf(stderr, "bench_device: verify batch %lld, k %lld, step %lld: %lld of %zu rows drew no token (non-finite logits), "
+                       "first (sequence, row):%s\n", static_cast<long long>(B), static_cast<long long>(k), static_cast<long long>(s),
+                       static_cast<long long>(nbad), v.drawn.size(), bad.c_str());
+        }
         auto tr = Clock::now();
         for (auto& q : st) q.rollback(k + 1);  // back to the context: every step at the same one
         if (s < 0) continue;
