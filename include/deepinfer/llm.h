@@ -27,6 +27,10 @@ namespace deepinfer {
 struct SpeculativeConfig {
   std::string method;                      // "" = off; "dspark": the checkpoint's DSpark draft stages
   int num_speculative_tokens = 5;          // draft tokens verified per sequence and step, 1..5
+  // How the drafter picks its tokens: "greedy" (the draft's argmax: deterministic, so greedy and
+  // seeded outputs are exactly those without speculation) or "probabilistic" (a sampled
+  // request's drafts drawn from the draft distribution, verified by the rejection rule).
+  std::string draft_sampling = "greedy";
 };
 
 struct EngineConfig {

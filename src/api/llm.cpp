@@ -14,6 +14,7 @@
 #include "loader/config.h"
 #include "runner/batch_runner.h"
 #include "spec/drafter.h"
+#include "spec/dspark_drafter.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -29,6 +30,7 @@ struct LLM::Impl {
   int64_t max_model_len = 0;  // resolved: EngineConfig.max_model_len or max_position_embeddings
   std::shared_ptr<grammar::GrammarCache> grammars;  // structured-output grammars, kept across runs
   std::string memory_report;  // the memory plan checked at load, one line
+  std::shared_ptr<spec::Drafter> drafter;  // speculative decoding's (null: off)
 
   std::vector<RequestOutput> run(std::vector<engine::EngineRequest> reqs,
                                  const std::function<void(size_t, const RequestOutput&)>& on_finish = nullptr,
@@ -46,6 +48,7 @@ struct LLM::Impl {
     o.sample_on_backend = cfg.sample_on_backend;
     o.on_text = on_text;
     o.grammars = grammars;
+    if (drafter) o.speculative = {.drafter = drafter, .num_speculative_tokens = cfg.speculative.num_speculative_tokens};
     if (lm.checkpoint) o.find_nonfinite_weight = [ck = lm.checkpoint.get()] { return loader::first_nonfinite_tensor(*ck); };
     engine::Engine eng(*batches, lm.tokenizer.get(), o);
     auto outs = eng.run(std::move(reqs), on_finish);
@@ -77,13 +80,10 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   if (!sp.method.empty() && (sp.num_speculative_tokens < 1 || sp.num_speculative_tokens > spec::kMaxDraftTokens))
     throw Error("EngineConfig.speculative.num_speculative_tokens: must be in [1, " + std::to_string(spec::kMaxDraftTokens) +
                 "], got " + std::to_string(sp.num_speculative_tokens));
-  if (sp.method == "dspark") {  // (before loading: the config alone says)
-    if (loader::load_config(config.model + "/config.json").num_nextn_predict_layers <= 0)
-      throw Error("EngineConfig.speculative.method \"dspark\": the checkpoint " + config.model +
-                  " has no DSpark draft stages (config.json num_nextn_predict_layers is 0, no mtp.* weights)");
-    throw Error("EngineConfig.speculative.method \"dspark\": this build has no DSpark drafter yet (the engine verifies "
-                "drafts, but the draft stages mtp.* are not run)");
-  }
+  const spec::DraftSampling draft_sampling = spec::parse_draft_sampling(sp.draft_sampling, "EngineConfig.speculative.draft_sampling");
+  if (sp.method == "dspark" && loader::load_config(config.model + "/config.json").num_nextn_predict_layers <= 0)
+    throw Error("EngineConfig.speculative.method \"dspark\": the checkpoint " + config.model +
+                " has no DSpark draft stages (config.json num_nextn_predict_layers is 0, no mtp.* weights)");
   impl_->backend = kernels::make_backend(config.device, config.threads, config.dtype, config.batch_invariant);
   engine::MemoryOptions memory;
   memory.state_tokens = config.max_model_len;
@@ -91,12 +91,14 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   memory.memory_fraction = config.memory_budget_bytes > 0 ? 0.0 : config.memory_fraction;
   memory.device = config.device;
   memory.engram_tables_on_host = config.engram_tables == "host";
+  memory.dspark = sp.method == "dspark";  // (a checkpoint without mtp.* tensors is an Error there)
   impl_->lm = engine::load_model(config.model, *impl_->backend,
                                  config.load_format == "random" ? engine::LoadFormat::kRandom : engine::LoadFormat::kAuto,
                                  config.seed, memory);
   impl_->memory_report = model::memory_plan_summary(impl_->lm.memory, impl_->lm.available);
 
   impl_->batches = std::make_unique<runner::BatchRunner>(*impl_->lm.model);
+  if (sp.method == "dspark") impl_->drafter = std::make_shared<spec::DsparkDrafter>(*impl_->lm.model, draft_sampling);
   const int64_t positions = impl_->lm.model->config().max_position_embeddings;
   if (config.max_model_len > positions)
     throw Error("EngineConfig.max_model_len = " + std::to_string(config.max_model_len) +

@@ -25,7 +25,8 @@ namespace {
 
 const std::vector<std::string> kEngineFlags = {"model", "load-format", "seed", "device", "dtype", "batch-invariant", "threads", "max-num-batched-tokens",
                                                "max-num-seqs", "memory-budget", "memory-fraction", "exact-prefill", "max-model-len",
-                                               "engram-tables", "speculative", "num-speculative-tokens"};
+                                               "engram-tables", "speculative", "num-speculative-tokens",
+                                               "draft-sampling"};
 const std::vector<std::string> kSamplingFlags = {"max-tokens", "min-tokens", "temperature", "top-k", "top-p", "min-p",
                                                  "repetition-penalty", "presence-penalty", "frequency-penalty", "stop",
                                                  "stop-token-ids", "ignore-eos", "request-seed", "logprobs", "n",
@@ -61,6 +62,11 @@ EngineConfig engine_config(std::map<std::string, std::string>& f) {
   }
   if (f.count("num-speculative-tokens"))
     c.speculative.num_speculative_tokens = static_cast<int>(parse_int("num-speculative-tokens", f["num-speculative-tokens"], 1, 5));
+  if (f.count("draft-sampling")) {
+    if (f["draft-sampling"] != "greedy" && f["draft-sampling"] != "probabilistic")
+      throw Error("flag --draft-sampling: expected 'greedy' or 'probabilistic', got '" + f["draft-sampling"] + "'");
+    c.speculative.draft_sampling = f["draft-sampling"];
+  }
   return c;
 }
 
@@ -103,7 +109,8 @@ constexpr const char* kSamplingHelp =
     "          --max-model-len N (prompt + max_tokens at most; default: the model's max_position_embeddings)\n"
     "          --memory-budget BYTES --memory-fraction F --exact-prefill\n"
     "          --engram-tables host|device (GPU: Engram tables in host memory, rows uploaded per step; default host)\n"
-    "          --speculative dspark --num-speculative-tokens K (speculative decoding: K = 1..5 drafts per step, default 5)\n";
+    "          --speculative dspark --num-speculative-tokens K (speculative decoding: K = 1..5 drafts per step, default 5)\n"
+    "          --draft-sampling greedy|probabilistic (how the drafts are drawn; default greedy)\n";
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;

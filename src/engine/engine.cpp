@@ -205,7 +205,7 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
   times_ = StepTimes{};
   const int64_t k = opts_.speculative.drafter ? opts_.speculative.num_speculative_tokens : 0;
   times_.spec_accepted_hist.assign(static_cast<size_t>(k + 1), 0);
-  cache::StateCache cache(model_.config(), model_.backend(), opts_.memory_budget_bytes, k);
+  cache::StateCache cache(model_.config(), model_.backend(), opts_.memory_budget_bytes, k, model_.dspark());
   sched::Scheduler scheduler(opts_.sched, cache);
   runner::ModelRunner runner(batches_, cache);
   OutputProcessor outputs(tok_, eos_ids_, opts_.on_text, on_finish, t_start);
@@ -268,8 +268,10 @@ void Engine::propose_drafts(RunState& rs) {
     // A step emits the kept drafts and one token more: no draft past max_tokens.
     const int64_t k = std::min<int64_t>(sp.num_speculative_tokens, L.req.params.max_tokens - s->generated() - 1);
     if (k <= 0) continue;
+    DI_CHECK(rs.cache.holds(s->id), "a decoding sequence without state");
     queries.push_back({.seq_id = s->id, .request = s->request, .completion = s->completion, .seed = c.seed,
-                       .tokens = s->tokens, .prompt_len = s->prompt_len, .k = k});
+                       .tokens = s->tokens, .prompt_len = s->prompt_len, .k = k, .params = &L.req.params,
+                       .state = &rs.cache.acquire(s->id)});
     rs.drafted.push_back(s);
   }
   if (queries.empty()) return;

@@ -56,6 +56,7 @@ struct PlanOptions {
   int64_t state_budget_bytes = 0;   // the engine's state budget in bytes (0: none)
   double memory_fraction = 0;       // or this fraction of the memory free after loading (0: none)
   bool engram_tables_on_host = true;  // device backends: Engram tables stay in host memory
+  bool dspark = false;              // the state holds the DSpark stages' rings too (ModelOptions.dspark)
 };
 
 struct MemoryPlan {

@@ -17,6 +17,12 @@
 #include <span>
 #include <vector>
 
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer::model {
+class SequenceState;
+}
+
 namespace deepinfer::spec {
 
 // The most draft tokens a sequence verifies in one step (DSpark's block of 5).
@@ -31,6 +37,10 @@ struct DraftQuery {
   std::span<const int64_t> tokens;    // prompt then generated tokens; the last is the anchor
   int64_t prompt_len = 0;
   int64_t k = 0;                      // drafts wanted, 1..kMaxDraftTokens
+  const SamplingParams* params = nullptr;  // the request's sampling parameters
+  // The sequence's model state: the target has computed every token but the anchor (length()
+  // == tokens.size() - 1). A drafter reads it and must leave it unchanged.
+  model::SequenceState* state = nullptr;
 };
 
 struct Draft {
@@ -39,6 +49,10 @@ struct Draft {
   // from (each row sums to 1; its token has probability > 0). Empty: deterministic drafts (greedy
   // or otherwise fixed), accepted only where the target draws the same token.
   std::vector<float> probs;
+  // Optional, [tokens.size()]: the drafter's estimate of the probability that token j is kept
+  // given that the tokens before it are (DSpark's confidence head, in (0, 1)). Empty: none; the
+  // engine's adaptive verification then keeps the whole draft.
+  std::vector<float> confidence;
 };
 
 class Drafter {

@@ -186,7 +186,8 @@ TEST_F(Cli, InfoPlansEngramTablesWhereTheFlagSays) {
               HasSubstr("EngineConfig.engram_tables: expected \"host\" or \"device\", got \"gpu\""));
 }
 
-// --speculative: only dspark, K in 1..5; a checkpoint without draft stages is refused by name.
+// --speculative: only dspark, K in 1..5, draft sampling greedy or probabilistic; a checkpoint
+// without draft stages is refused by name.
 TEST_F(Cli, SpeculativeFlagsAreChecked) {
   EXPECT_THAT(expect_error("generate --model " + quote(kCed) + " --prompt-ids 5 --speculative eagle"),
               HasSubstr("flag --speculative: expected 'dspark', got 'eagle'"));
@@ -194,6 +195,8 @@ TEST_F(Cli, SpeculativeFlagsAreChecked) {
               HasSubstr("flag --num-speculative-tokens"));
   EXPECT_THAT(expect_error("generate --model " + quote(kCed) + " --prompt-ids 5 --speculative dspark"),
               HasSubstr("has no DSpark draft stages (config.json num_nextn_predict_layers is 0, no mtp.* weights)"));
+  EXPECT_THAT(expect_error("generate --model " + quote(kCed) + " --prompt-ids 5 --speculative dspark --draft-sampling top"),
+              HasSubstr("flag --draft-sampling: expected 'greedy' or 'probabilistic', got 'top'"));
 }
 
 // run-batch reports the plan it checked on stderr when it starts; logits with its load time.

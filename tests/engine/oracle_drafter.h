@@ -93,10 +93,12 @@ class OracleDrafter : public spec::Drafter {
   int64_t proposals_ = 0, verified_drafts_ = 0, accepted_ = 0, released_ = 0;
 };
 
-// A model loaded once, and engines run on it with given options.
+// A model loaded once, and engines run on it with given options (load.dspark: the model runs its
+// DSpark stages).
 struct EngineRig {
-  EngineRig(const std::string& dir, engine::LoadFormat format, uint64_t seed = 0, const std::string& device = "cpu")
-      : backend(kernels::make_backend(device, 2)), lm(engine::load_model(dir, *backend, format, seed)),
+  EngineRig(const std::string& dir, engine::LoadFormat format, uint64_t seed = 0, const std::string& device = "cpu",
+            const engine::MemoryOptions& load = {})
+      : backend(kernels::make_backend(device, 2)), lm(engine::load_model(dir, *backend, format, seed, load)),
         batches(std::make_unique<runner::BatchRunner>(*lm.model)) {}
 
   engine::EngineOptions options() const {

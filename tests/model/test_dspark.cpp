@@ -372,6 +372,12 @@ TEST_P(DsparkRings, TheTargetsLogitsDoNotChange) {
   EXPECT_TRUE(sb.draft_ring(0).pos.empty());
   EXPECT_EQ(sb.bytes() + 3 * static_cast<int64_t>(ring_bytes(sa.draft_ring(0), *on.be).size() + 8 * sa.draft_ring(0).pos.size()),
             sa.bytes());
+  // What the state cache reserves for the rings (model::draft_ring_bytes), full and filling.
+  EXPECT_EQ(sa.bytes() - sb.bytes(), model::draft_ring_bytes(on.cfg(), n));
+  auto s3 = on.m->new_state(), s3off = off.m->new_state();
+  on.run->forward(toks.data(), 3, s3, a.data());
+  off.run->forward(toks.data(), 3, s3off, b.data());
+  EXPECT_EQ(s3.bytes() - s3off.bytes(), model::draft_ring_bytes(on.cfg(), 3));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dspark, DsparkRings, ::testing::ValuesIn(deepinfer::testing::devices()), deepinfer::testing::device_name);
