@@ -31,6 +31,12 @@ struct SpeculativeConfig {
   // seeded outputs are exactly those without speculation) or "probabilistic" (a sampled
   // request's drafts drawn from the draft distribution, verified by the rejection rule).
   std::string draft_sampling = "greedy";
+  // Confidence-scheduled verification: each sequence verifies as many of its drafts as pay off
+  // (expected accepted tokens per second of step time, from the drafter's confidences and the
+  // step times measured so far); false: every step verifies all num_speculative_tokens.
+  // Probabilistic drafts: a seeded request is reproducible only with this off (the verified
+  // length decides which random numbers its tokens use).
+  bool adaptive = true;
 };
 
 struct EngineConfig {

@@ -15,6 +15,7 @@
 #include "runner/batch_runner.h"
 #include "spec/drafter.h"
 #include "spec/dspark_drafter.h"
+#include "spec/verify_schedule.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -31,6 +32,7 @@ struct LLM::Impl {
   std::shared_ptr<grammar::GrammarCache> grammars;  // structured-output grammars, kept across runs
   std::string memory_report;  // the memory plan checked at load, one line
   std::shared_ptr<spec::Drafter> drafter;  // speculative decoding's (null: off)
+  std::shared_ptr<spec::StepCost> step_cost;  // adaptive verification's curve, measured across runs
 
   std::vector<RequestOutput> run(std::vector<engine::EngineRequest> reqs,
                                  const std::function<void(size_t, const RequestOutput&)>& on_finish = nullptr,
@@ -48,7 +50,9 @@ struct LLM::Impl {
     o.sample_on_backend = cfg.sample_on_backend;
     o.on_text = on_text;
     o.grammars = grammars;
-    if (drafter) o.speculative = {.drafter = drafter, .num_speculative_tokens = cfg.speculative.num_speculative_tokens};
+    if (drafter)
+      o.speculative = {.drafter = drafter, .num_speculative_tokens = cfg.speculative.num_speculative_tokens,
+                       .adaptive = cfg.speculative.adaptive, .step_cost = step_cost};
     if (lm.checkpoint) o.find_nonfinite_weight = [ck = lm.checkpoint.get()] { return loader::first_nonfinite_tensor(*ck); };
     engine::Engine eng(*batches, lm.tokenizer.get(), o);
     auto outs = eng.run(std::move(reqs), on_finish);
@@ -98,7 +102,10 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   impl_->memory_report = model::memory_plan_summary(impl_->lm.memory, impl_->lm.available);
 
   impl_->batches = std::make_unique<runner::BatchRunner>(*impl_->lm.model);
-  if (sp.method == "dspark") impl_->drafter = std::make_shared<spec::DsparkDrafter>(*impl_->lm.model, draft_sampling);
+  if (sp.method == "dspark") {
+    impl_->drafter = std::make_shared<spec::DsparkDrafter>(*impl_->lm.model, draft_sampling);
+    impl_->step_cost = std::make_shared<spec::MeasuredStepCost>();
+  }
   const int64_t positions = impl_->lm.model->config().max_position_embeddings;
   if (config.max_model_len > positions)
     throw Error("EngineConfig.max_model_len = " + std::to_string(config.max_model_len) +

@@ -26,7 +26,7 @@ namespace {
 const std::vector<std::string> kEngineFlags = {"model", "load-format", "seed", "device", "dtype", "batch-invariant", "threads", "max-num-batched-tokens",
                                                "max-num-seqs", "memory-budget", "memory-fraction", "exact-prefill", "max-model-len",
                                                "engram-tables", "speculative", "num-speculative-tokens",
-                                               "draft-sampling"};
+                                               "draft-sampling", "no-adaptive-verification"};
 const std::vector<std::string> kSamplingFlags = {"max-tokens", "min-tokens", "temperature", "top-k", "top-p", "min-p",
                                                  "repetition-penalty", "presence-penalty", "frequency-penalty", "stop",
                                                  "stop-token-ids", "ignore-eos", "request-seed", "logprobs", "n",
@@ -67,6 +67,7 @@ EngineConfig engine_config(std::map<std::string, std::string>& f) {
       throw Error("flag --draft-sampling: expected 'greedy' or 'probabilistic', got '" + f["draft-sampling"] + "'");
     c.speculative.draft_sampling = f["draft-sampling"];
   }
+  if (f.count("no-adaptive-verification")) c.speculative.adaptive = !parse_bool("no-adaptive-verification", f["no-adaptive-verification"]);
   return c;
 }
 
@@ -110,7 +111,8 @@ constexpr const char* kSamplingHelp =
     "          --memory-budget BYTES --memory-fraction F --exact-prefill\n"
     "          --engram-tables host|device (GPU: Engram tables in host memory, rows uploaded per step; default host)\n"
     "          --speculative dspark --num-speculative-tokens K (speculative decoding: K = 1..5 drafts per step, default 5)\n"
-    "          --draft-sampling greedy|probabilistic (how the drafts are drawn; default greedy)\n";
+    "          --draft-sampling greedy|probabilistic (how the drafts are drawn; default greedy)\n"
+    "          --no-adaptive-verification (verify all K drafts every step instead of the confidence-scheduled k)\n";
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -123,7 +125,7 @@ double percentile(std::vector<double> v, double q) {
 
 int cmd_generate(const std::vector<std::string>& args) {
   auto f = parse_flags(args, concat(concat(kEngineFlags, kSamplingFlags), {"prompt", "prompt-ids"}), "generate",
-                       {"exact-prefill", "ignore-eos"});
+                       {"exact-prefill", "ignore-eos", "no-adaptive-verification"});
   if (f.count("help")) {
     std::printf("deepinfer generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [flags]\n  Streams the completion.\n%s",
                 kSamplingHelp);
@@ -164,7 +166,7 @@ int cmd_generate(const std::vector<std::string>& args) {
 
 int cmd_chat(const std::vector<std::string>& args) {
   auto f = parse_flags(args, concat(concat(kEngineFlags, kSamplingFlags), {"thinking", "reasoning-effort", "system"}), "chat",
-                       {"exact-prefill", "ignore-eos", "thinking"});
+                       {"exact-prefill", "ignore-eos", "thinking", "no-adaptive-verification"});
   if (f.count("help")) {
     std::printf("deepinfer chat --model DIR [--system TEXT] [--thinking] [--reasoning-effort E] [flags]\n"
                 "  Interactive chat with DeepSeek-V4.1's chat encoding; an empty line or EOF ends it.\n%s",
@@ -208,7 +210,7 @@ int cmd_chat(const std::vector<std::string>& args) {
 
 int cmd_run_batch(const std::vector<std::string>& args) {
   auto f = parse_flags(args, concat(kEngineFlags, {"input", "output", "metrics", "resume"}), "run-batch",
-                       {"exact-prefill", "resume"});
+                       {"exact-prefill", "resume", "no-adaptive-verification"});
   if (f.count("help")) {
     std::printf("deepinfer run-batch --model DIR --input IN.jsonl --output OUT.jsonl [--resume] [--exact-prefill] [--metrics FILE]\n"
                 "  One output line per input line, in input order, each written as soon as it and every earlier\n"

@@ -120,9 +120,14 @@ class CheckingDrafter : public spec::Drafter {
   int64_t checked_ = 0, mismatches_ = 0;
 };
 
-engine::EngineOptions with_drafter(engine::EngineOptions o, std::shared_ptr<spec::Drafter> d, int64_t k) {
+// Speculation with drafter d, K = k; adaptive verification on (with the curve `cost`, or the
+// engine's measured one) or off.
+engine::EngineOptions with_drafter(engine::EngineOptions o, std::shared_ptr<spec::Drafter> d, int64_t k, bool adaptive,
+                                   std::function<double(int64_t)> cost = nullptr) {
   o.speculative.drafter = std::move(d);
   o.speculative.num_speculative_tokens = k;
+  o.speculative.adaptive = adaptive;
+  if (cost) o.speculative.step_cost = std::make_shared<spec::FixedStepCost>(std::move(cost));
   return o;
 }
 
@@ -194,28 +199,41 @@ TEST(DsparkEngine, FixtureGreedyDraftsEqualPlainDecoding) {
   for (const Setup& s : setups) {
     const auto ref = plain.run(reqs, s.o);
     for (const auto& o : ref) ASSERT_TRUE(o.error.empty()) << o.error;
-    for (int64_t k : {2, 5}) {
-      const std::string what = s.name + ", k " + std::to_string(k);
-      auto checking = std::make_shared<CheckingDrafter>(rig, spec::DraftSampling::kGreedy);
-      std::shared_ptr<spec::Drafter> d = checking;
-      if (s.name != "exact prefill") d = std::make_shared<spec::DsparkDrafter>(*rig.lm.model, spec::DraftSampling::kGreedy);
-      engine::StepTimes t;
-      expect_same(ref, rig.run(reqs, with_drafter(s.o, d, k), &t), what);
-      EXPECT_GT(t.spec_rounds, 0) << what;
-      EXPECT_GT(t.spec_drafted, t.spec_rounds) << what;
-      if (s.name == "memory budget") {
-        EXPECT_GT(t.preemptions, 0) << what;
+    for (int64_t k : {2, 5})
+      for (int adaptive = 0; adaptive < 3; ++adaptive) {
+        const std::string what = s.name + ", k " + std::to_string(k) + ", adaptive " + std::to_string(adaptive);
+        auto checking = std::make_shared<CheckingDrafter>(rig, spec::DraftSampling::kGreedy);
+        std::shared_ptr<spec::Drafter> d = checking;
+        if (s.name != "exact prefill") d = std::make_shared<spec::DsparkDrafter>(*rig.lm.model, spec::DraftSampling::kGreedy);
+        // Adaptive 1: the measured curve; 2: a fixed cost of 3 rows, which cuts drafts to their
+        // confident prefixes.
+        std::function<double(int64_t)> cost;
+        if (adaptive == 2) cost = [](int64_t r) { return 3.0 + static_cast<double>(r); };
+        engine::StepTimes t;
+        expect_same(ref, rig.run(reqs, with_drafter(s.o, d, k, adaptive > 0, cost), &t), what);
+        if (adaptive == 2) {
+          EXPECT_GT(t.spec_chosen_hist[0], 0) << what;  // some drafts not verified at all
+          EXPECT_GT(t.spec_chosen_hist[1], 0) << what;  // some cut to one token
+        }
+        EXPECT_GT(t.spec_rounds, 0) << what;
+        if (adaptive < 2) {
+          EXPECT_GT(t.spec_drafted, t.spec_rounds) << what;
+        }
+        if (s.name == "memory budget") {
+          EXPECT_GT(t.preemptions, 0) << what;
+        }
+        if (s.name == "exact prefill") {
+          EXPECT_GT(checking->checked(), 0) << what;
+          EXPECT_EQ(checking->mismatches(), 0) << what;
+        }
       }
-      if (s.name == "exact prefill") {
-        EXPECT_GT(checking->checked(), 0) << what;
-        EXPECT_EQ(checking->mismatches(), 0) << what;
-      }
-    }
   }
 }
 
 // Random-weight models with draft stages: mixed batches (greedy, seeded sampling, penalties,
-// n = 2) with greedy drafts equal plain decoding under two token budgets and a memory budget.
+// n = 2) with greedy drafts equal plain decoding under two token budgets (adaptive verification
+// on and off) and a memory budget that preempts sequences with drafts (adaptive off: whole
+// drafts).
 TEST(DsparkEngine, RandomModelMixedBatchesEqualPlainDecoding) {
   const std::string dir = dspark_random_dir();
   EngineRig plain(dir, engine::LoadFormat::kRandom, 1), rig(dir, engine::LoadFormat::kRandom, 1, "cpu", with_dspark());
@@ -225,16 +243,19 @@ TEST(DsparkEngine, RandomModelMixedBatchesEqualPlainDecoding) {
     o.sched.max_num_batched_tokens = budget;
     const auto ref = plain.run(reqs, o);
     engine::StepTimes t;
-    auto d = std::make_shared<spec::DsparkDrafter>(*rig.lm.model, spec::DraftSampling::kGreedy);
-    expect_same(ref, rig.run(reqs, with_drafter(o, d, 4), &t), "token budget " + std::to_string(budget));
-    EXPECT_GT(t.spec_rounds, 0);
+    for (bool adaptive : {false, true}) {
+      auto d = std::make_shared<spec::DsparkDrafter>(*rig.lm.model, spec::DraftSampling::kGreedy);
+      expect_same(ref, rig.run(reqs, with_drafter(o, d, 4, adaptive), &t),
+                  "token budget " + std::to_string(budget) + (adaptive ? ", adaptive" : ""));
+      EXPECT_GT(t.spec_rounds, 0);
+    }
   }
   engine::EngineOptions tight = rig.options();
   tight.memory_budget_bytes = 4 * model::sequence_state_bytes(rig.lm.model->config(), 170, true);
   engine::StepTimes t;
   const auto ref = plain.run(reqs, tight);
   auto d = std::make_shared<spec::DsparkDrafter>(*rig.lm.model, spec::DraftSampling::kGreedy);
-  expect_same(ref, rig.run(reqs, with_drafter(tight, d, 5), &t), "memory budget");
+  expect_same(ref, rig.run(reqs, with_drafter(tight, d, 5, false), &t), "memory budget");
   EXPECT_GT(t.preemptions, 0);
 }
 
@@ -249,7 +270,7 @@ TEST(DsparkEngine, ProbabilisticDraftsAreReproducibleForASeed) {
     engine::EngineOptions o = rig.options();
     o.sched.max_num_seqs = seqs;
     auto d = std::make_shared<spec::DsparkDrafter>(*rig.lm.model, spec::DraftSampling::kProbabilistic);
-    return rig.run(reqs, with_drafter(o, d, 5), t);
+    return rig.run(reqs, with_drafter(o, d, 5, /*adaptive=*/false), t);
   };
   engine::StepTimes t;
   const auto a = run(64, &t), b = run(1, nullptr), c = run(5, nullptr);
@@ -308,7 +329,9 @@ TEST(DsparkEngine, ProbabilisticDraftsAreReproducibleForASeed) {
 
 // Probabilistic DSpark drafts keep the target's distribution: four tokens at temperature 1 from
 // a random-weight model with a vocabulary of 4, over seeded requests, against the exact product
-// of the model's conditionals (chi-square).
+// of the model's conditionals (chi-square); adaptive verification cuts the drafts by their
+// confidences (which depend only on the tokens before each draft token), under a curve that
+// makes rows past 2,500 dear.
 TEST(DsparkEngine, ProbabilisticDraftsKeepTheTargetsDistribution) {
   const std::string dir = dspark_random_dir(4);
   EngineRig rig(dir, engine::LoadFormat::kRandom, 5, "cpu", with_dspark());
@@ -349,7 +372,7 @@ TEST(DsparkEngine, ProbabilisticDraftsKeepTheTargetsDistribution) {
   o.sched.max_num_batched_tokens = 8192;
   auto d = std::make_shared<spec::DsparkDrafter>(*rig.lm.model, spec::DraftSampling::kProbabilistic);
   engine::StepTimes t;
-  const auto outs = rig.run(reqs, with_drafter(o, d, 3), &t);
+  const auto outs = rig.run(reqs, with_drafter(o, d, 3, true, [](int64_t r) { return r <= 2500 ? 1.0 : 1e6; }), &t);
   std::vector<int64_t> counts(expected.size(), 0);
   for (const auto& out : outs) {
     ASSERT_EQ(out.outputs[0].token_ids.size(), static_cast<size_t>(kTokens));
@@ -362,6 +385,9 @@ TEST(DsparkEngine, ProbabilisticDraftsKeepTheTargetsDistribution) {
   EXPECT_GT(chi.p_value, 1e-3) << "chi2 " << chi.stat << " over " << chi.bins << " cells";
   EXPECT_GT(t.spec_accepted, 0);
   EXPECT_LT(t.spec_accepted, t.spec_drafted);
+  // (max_tokens 4: a draft has at most 2 tokens.) Cut drafts among the whole ones.
+  EXPECT_GT(t.spec_chosen_hist[0] + t.spec_chosen_hist[1], 0);
+  EXPECT_GT(t.spec_chosen_hist[2], 0);
 }
 
 // LLM: EngineConfig.speculative = dspark on the fixture gives plain decoding's greedy output and
@@ -380,7 +406,7 @@ TEST(DsparkEngine, LlmRunsTheDrafter) {
   const auto ref = plain.generate(prompts, p);
   EXPECT_EQ(plain.last_stats().spec_rounds, 0);
   for (const char* sampling : {"greedy", "probabilistic"}) {
-    c.speculative = {.method = "dspark", .num_speculative_tokens = 3, .draft_sampling = sampling};
+    c.speculative = {.method = "dspark", .num_speculative_tokens = 3, .draft_sampling = sampling, .adaptive = true};
     LLM llm(c);
     const auto got = llm.generate(prompts, p);
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(got[i].outputs[0].token_ids, ref[i].outputs[0].token_ids) << sampling;
