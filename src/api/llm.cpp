@@ -58,9 +58,25 @@ struct LLM::Impl {
     auto outs = eng.run(std::move(reqs), on_finish);
     grammars = eng.grammar_cache();
     const auto& t = eng.times();
-    stats = EngineStats{static_cast<int64_t>(outs.size()), t.prompt_tokens, t.generated_tokens, t.steps, t.preemptions,
-                        t.wall_s, t.schedule_s, t.model_s, t.sample_s, t.commit_s, eng.grammar_compiles(),
-                        t.spec_rounds, t.spec_drafted, t.spec_accepted};
+    stats = EngineStats{};
+    stats.requests = static_cast<int64_t>(outs.size());
+    stats.prompt_tokens = t.prompt_tokens;
+    stats.generated_tokens = t.generated_tokens;
+    stats.steps = t.steps;
+    stats.preemptions = t.preemptions;
+    stats.wall_s = t.wall_s;
+    stats.schedule_s = t.schedule_s;
+    stats.model_s = t.model_s;
+    stats.sample_s = t.sample_s;
+    stats.commit_s = t.commit_s;
+    stats.grammar_compiles = eng.grammar_compiles();
+    stats.spec_rounds = t.spec_rounds;
+    stats.spec_drafted = t.spec_drafted;
+    stats.spec_accepted = t.spec_accepted;
+    stats.spec_accepted_hist = t.spec_accepted_hist;
+    stats.spec_chosen_hist = t.spec_chosen_hist;
+    stats.spec_draft_s = t.draft_s;
+    stats.spec_verify_s = t.verify_s;
     return outs;
   }
 };

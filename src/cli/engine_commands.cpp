@@ -302,6 +302,34 @@ int cmd_run_batch(const std::vector<std::string>& args) {
                outs.size(), c.failed, static_cast<long long>(tok_in), static_cast<long long>(tok_out), st.wall_s,
                m["prompt_tokens_per_s"].get<double>(), m["completion_tokens_per_s"].get<double>(), percentile(ttft, 0.5),
                percentile(ttft, 0.99));
+  if (!ec.speculative.method.empty()) {
+    const auto hist = [](const std::vector<int64_t>& h) {
+      std::string s;
+      for (size_t i = 0; i < h.size(); ++i) {
+        if (i > 0) s.push_back(' ');
+        s.append(std::to_string(h[i]));
+      }
+      return s;
+    };
+    m["speculative"] = {{"method", ec.speculative.method},
+                        {"num_speculative_tokens", ec.speculative.num_speculative_tokens},
+                        {"adaptive", ec.speculative.adaptive},
+                        {"draft_sampling", ec.speculative.draft_sampling},
+                        {"rounds", st.spec_rounds},
+                        {"drafted_tokens", st.spec_drafted},
+                        {"accepted_tokens", st.spec_accepted},
+                        {"mean_acceptance_length", st.mean_acceptance_length()},
+                        {"accepted_hist", st.spec_accepted_hist},
+                        {"chosen_k_hist", st.spec_chosen_hist},
+                        {"time_draft_s", st.spec_draft_s},
+                        {"time_verify_s", st.spec_verify_s}};
+    std::fprintf(stderr,
+                 "run-batch: speculative %s: %lld rounds, %lld of %lld drafts accepted, mean acceptance length %.2f; "
+                 "accepted per round (0..K) [%s]; chosen k (0..K) [%s]; drafting %.2f s, verifying steps %.2f s\n",
+                 ec.speculative.method.c_str(), static_cast<long long>(st.spec_rounds), static_cast<long long>(st.spec_accepted),
+                 static_cast<long long>(st.spec_drafted), st.mean_acceptance_length(), hist(st.spec_accepted_hist).c_str(),
+                 hist(st.spec_chosen_hist).c_str(), st.spec_draft_s, st.spec_verify_s);
+  }
   counts_line("", c);
   if (metrics_file.is_open()) {
     metrics_file.write(m.dump(2) + "\n");

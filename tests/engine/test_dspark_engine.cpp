@@ -410,7 +410,26 @@ TEST(DsparkEngine, LlmRunsTheDrafter) {
     LLM llm(c);
     const auto got = llm.generate(prompts, p);
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(got[i].outputs[0].token_ids, ref[i].outputs[0].token_ids) << sampling;
-    EXPECT_GT(llm.last_stats().spec_rounds, 0) << sampling;
+    // The statistics: the histograms agree with the totals.
+    const EngineStats& st = llm.last_stats();
+    EXPECT_GT(st.spec_rounds, 0) << sampling;
+    ASSERT_EQ(st.spec_accepted_hist.size(), 4u);
+    ASSERT_EQ(st.spec_chosen_hist.size(), 4u);
+    int64_t rounds = 0, accepted = 0, chosen = 0, chosen_tokens = 0;
+    for (int64_t j = 0; j <= 3; ++j) {
+      rounds += st.spec_accepted_hist[static_cast<size_t>(j)];
+      accepted += j * st.spec_accepted_hist[static_cast<size_t>(j)];
+      chosen += st.spec_chosen_hist[static_cast<size_t>(j)];
+      chosen_tokens += j * st.spec_chosen_hist[static_cast<size_t>(j)];
+    }
+    EXPECT_EQ(rounds, st.spec_rounds);
+    EXPECT_EQ(accepted, st.spec_accepted);
+    EXPECT_GE(chosen, st.spec_rounds);
+    EXPECT_GE(chosen_tokens, st.spec_drafted);  // (the step's budgets may verify fewer than chosen)
+    EXPECT_DOUBLE_EQ(st.mean_acceptance_length(), static_cast<double>(st.spec_accepted + st.spec_rounds) / static_cast<double>(st.spec_rounds));
+    EXPECT_GT(st.spec_draft_s, 0.0);
+    EXPECT_GT(st.spec_verify_s, 0.0);
+    EXPECT_LE(st.spec_verify_s, st.wall_s);
   }
   auto error_of = [](const EngineConfig& cfg) -> std::string {
     try {

@@ -468,3 +468,52 @@ TEST(Speculative, AdaptiveVerificationFollowsTheCostCurve) {
   EXPECT_LT(mean_k(batch), mean_k(alone) - 1.0);
   EXPECT_GT(mean_k(batch), 0.0);
 }
+
+// The counters: an oracle that proposes the target's own continuation has every round keep all
+// K drafts (mean acceptance length K + 1); one that is always wrong keeps none (length 1). With
+// max_tokens 1 + 4 n + 1 and K = 3 every round drafts 3 (the last token is a plain decode).
+TEST(Speculative, CountersOfRightAndWrongOracles) {
+  EngineRig rig(testing_util::random_model_dir(), engine::LoadFormat::kRandom, 6);
+  constexpr int kRequests = 5, kRounds = 4, K = 3;
+  std::vector<engine::EngineRequest> reqs;
+  for (int i = 0; i < kRequests; ++i) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 1 + (K + 1) * kRounds + 1;
+    p.ignore_eos = true;
+    reqs.push_back(request({static_cast<int32_t>(20 + i), 31, 77}, p, static_cast<size_t>(i)));
+  }
+  const auto ref = rig.run(reqs, rig.options());
+  for (bool right : {true, false}) {
+    std::function<bool(size_t, int64_t, int64_t)> wrong;
+    if (!right) wrong = [](size_t, int64_t, int64_t) { return true; };
+    auto oracle = std::make_shared<OracleDrafter>(outputs_of(ref), rig.vocab(), wrong);
+    engine::EngineOptions o = rig.options();
+    o.speculative = {.drafter = oracle, .num_speculative_tokens = int64_t{K}, .adaptive = false};
+    engine::StepTimes t;
+    expect_same(ref, rig.run(reqs, o, &t), right ? "right" : "wrong");
+    // Each round drafts min(K, max_tokens - generated - 1) tokens; a right one emits them all
+    // and one more, a wrong one a single token.
+    std::vector<int64_t> accepted(K + 1, 0), chosen(K + 1, 0);
+    int64_t rounds = 0, drafted = 0;
+    const int64_t max_tokens = reqs[0].params.max_tokens;
+    for (int64_t gen = 1; max_tokens - gen - 1 > 0;) {
+      const int64_t k = std::min<int64_t>(K, max_tokens - gen - 1);
+      ++rounds, drafted += k, ++chosen[static_cast<size_t>(k)], ++accepted[right ? static_cast<size_t>(k) : 0];
+      gen += right ? k + 1 : 1;
+    }
+    for (auto* v : {&accepted, &chosen})
+      for (int64_t& x : *v) x *= kRequests;
+    EXPECT_EQ(t.spec_rounds, rounds * kRequests);
+    EXPECT_EQ(t.spec_drafted, drafted * kRequests);
+    EXPECT_EQ(t.spec_accepted, right ? drafted * kRequests : 0);
+    EXPECT_EQ(t.spec_accepted_hist, accepted);
+    EXPECT_EQ(t.spec_chosen_hist, chosen);
+    if (right) {
+      EXPECT_EQ(rounds, kRounds);
+      EXPECT_EQ(accepted[K], kRequests * kRounds);  // acceptance K every round
+    }
+    EXPECT_GT(t.verify_s, 0.0);
+    EXPECT_LE(t.verify_s, t.wall_s);
+  }
+}
