@@ -12,7 +12,9 @@
 // the batch, the chunking, the step budget or preemption (batch-invariant forward, counter-based
 // sampling keyed by (seed, position, completion)).
 // Speculative decoding (EngineOptions.speculative with a drafter): before each step the drafter
-// proposes up to k tokens for every decoding sequence; the scheduler fits them into the step;
+// proposes up to K tokens for every decoding sequence, adaptive verification cuts each draft to
+// the length its confidences and the step-time curve pay for (spec/verify_schedule.h; the curve
+// learns from every step's rows and time); the scheduler fits them into the step;
 // the target runs each sequence's last token and its draft as one chunk; the sampler verifies
 // the draft (sample/verify.h) row by row, each row sampled as plain decoding would sample that
 // position; commit hands the kept tokens and the target's next token to the output processor
