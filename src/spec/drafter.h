@@ -5,8 +5,9 @@
 // as one chunk of the step's batch, and the sampler verifies them (sample/verify.h): greedy and
 // deterministic drafts are accepted while they equal the target's own draw at their position,
 // probabilistic drafts by the rejection rule against the distributions they were drawn from.
-// Rejected rows are rolled back (cache::StateCache::rollback), and the drafter is told how many
-// of its tokens were kept, so a drafter with state of its own (DSpark's rings) can roll back too.
+// Rejected rows are rolled back (cache::StateCache::rollback, which covers DSpark's rings in the
+// sequence state), and the drafter is told how many of its tokens were kept, so a drafter with
+// state of its own can roll back too.
 // Invariants: a draft depends only on the sequence (its tokens, seed, position), never on the
 // batch, so outputs stay batch-invariant; a deterministic draft leaves a seeded request's tokens
 // exactly those of decoding without speculation.

@@ -227,6 +227,12 @@ TEST(DsparkEngine, FixtureGreedyDraftsEqualPlainDecoding) {
           EXPECT_EQ(checking->mismatches(), 0) << what;
         }
       }
+    // Each request alone (K = 5, adaptive on the measured curve).
+    if (s.name == "default")
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        auto d = std::make_shared<spec::DsparkDrafter>(*rig.lm.model, spec::DraftSampling::kGreedy);
+        expect_same({ref[i]}, rig.run({reqs[i]}, with_drafter(s.o, d, 5, true)), "alone, request " + std::to_string(i));
+      }
   }
 }
 
