@@ -27,6 +27,16 @@ namespace deepinfer {
 struct SpeculativeConfig {
   std::string method;                      // "" = off; "dspark": the checkpoint's DSpark draft stages
   int num_speculative_tokens = 5;          // draft tokens verified per sequence and step, 1..5
+  // How the drafter picks its tokens: "greedy" (the draft's argmax: deterministic, so greedy and
+  // seeded outputs are exactly those without speculation) or "probabilistic" (a sampled
+  // request's drafts drawn from the draft distribution, verified by the rejection rule).
+  std::string draft_sampling = "greedy";
+  // Confidence-scheduled verification: each sequence verifies as many of its drafts as pay off
+  // (expected accepted tokens per second of step time, from the drafter's confidences and the
+  // step times measured so far); false: every step verifies all num_speculative_tokens.
+  // Probabilistic drafts: a seeded request is reproducible only with this off (the verified
+  // length decides which random numbers its tokens use).
+  bool adaptive = true;
 };
 
 struct EngineConfig {
@@ -88,8 +98,17 @@ struct EngineStats {
   int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0, preemptions = 0;
   double wall_s = 0, schedule_s = 0, model_s = 0, sample_s = 0, commit_s = 0;
   int64_t grammar_compiles = 0;  // structured-output grammars compiled by this LLM so far
-  // Speculative decoding: verification rounds, their draft tokens, and the drafts kept.
+  // Speculative decoding: verification rounds (a sequence's step that verified drafts), their
+  // draft tokens, and the drafts kept; spec_accepted_hist[j]: rounds that kept j drafts (j = 0..K);
+  // spec_chosen_hist[k]: drafting sequences' steps given k drafts to verify (the adaptive choice,
+  // k = 0..K); time drafting (the drafter and the choice) and in the steps that verified drafts.
   int64_t spec_rounds = 0, spec_drafted = 0, spec_accepted = 0;
+  std::vector<int64_t> spec_accepted_hist, spec_chosen_hist;
+  double spec_draft_s = 0, spec_verify_s = 0;
+  // Tokens a verification round emits on average: kept drafts + the target's one (0 without rounds).
+  double mean_acceptance_length() const {
+    return spec_rounds > 0 ? static_cast<double>(spec_accepted + spec_rounds) / static_cast<double>(spec_rounds) : 0.0;
+  }
 };
 
 class LLM {

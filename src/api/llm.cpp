@@ -16,6 +16,8 @@
 #include "loader/config.h"
 #include "runner/batch_runner.h"
 #include "spec/drafter.h"
+#include "spec/dspark_drafter.h"
+#include "spec/verify_schedule.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -32,6 +34,8 @@ struct LLM::Impl {
   std::shared_ptr<grammar::GrammarCache> grammars;  // structured-output grammars, kept across runs
   std::string memory_report;  // the memory plan checked at load and the state budget, one line
   int64_t state_budget = 0;   // bytes of per-sequence state every run may hold (0: unlimited)
+  std::shared_ptr<spec::Drafter> drafter;  // speculative decoding's (null: off)
+  std::shared_ptr<spec::StepCost> step_cost;  // adaptive verification's curve, measured across runs
 
   std::vector<RequestOutput> run(std::vector<engine::EngineRequest> reqs,
                                  const std::function<void(size_t, const RequestOutput&)>& on_finish = nullptr,
@@ -47,14 +51,33 @@ struct LLM::Impl {
     o.sample_on_backend = cfg.sample_on_backend;
     o.on_text = on_text;
     o.grammars = grammars;
+    if (drafter)
+      o.speculative = {.drafter = drafter, .num_speculative_tokens = cfg.speculative.num_speculative_tokens,
+                       .adaptive = cfg.speculative.adaptive, .step_cost = step_cost};
     if (lm.checkpoint) o.find_nonfinite_weight = [ck = lm.checkpoint.get()] { return loader::first_nonfinite_tensor(*ck); };
     engine::Engine eng(*batches, lm.tokenizer.get(), o);
     auto outs = eng.run(std::move(reqs), on_finish);
     grammars = eng.grammar_cache();
     const auto& t = eng.times();
-    stats = EngineStats{static_cast<int64_t>(outs.size()), t.prompt_tokens, t.generated_tokens, t.steps, t.preemptions,
-                        t.wall_s, t.schedule_s, t.model_s, t.sample_s, t.commit_s, eng.grammar_compiles(),
-                        t.spec_rounds, t.spec_drafted, t.spec_accepted};
+    stats = EngineStats{};
+    stats.requests = static_cast<int64_t>(outs.size());
+    stats.prompt_tokens = t.prompt_tokens;
+    stats.generated_tokens = t.generated_tokens;
+    stats.steps = t.steps;
+    stats.preemptions = t.preemptions;
+    stats.wall_s = t.wall_s;
+    stats.schedule_s = t.schedule_s;
+    stats.model_s = t.model_s;
+    stats.sample_s = t.sample_s;
+    stats.commit_s = t.commit_s;
+    stats.grammar_compiles = eng.grammar_compiles();
+    stats.spec_rounds = t.spec_rounds;
+    stats.spec_drafted = t.spec_drafted;
+    stats.spec_accepted = t.spec_accepted;
+    stats.spec_accepted_hist = t.spec_accepted_hist;
+    stats.spec_chosen_hist = t.spec_chosen_hist;
+    stats.spec_draft_s = t.draft_s;
+    stats.spec_verify_s = t.verify_s;
     return outs;
   }
 };
@@ -78,13 +101,10 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   if (!sp.method.empty() && (sp.num_speculative_tokens < 1 || sp.num_speculative_tokens > spec::kMaxDraftTokens))
     throw Error("EngineConfig.speculative.num_speculative_tokens: must be in [1, " + std::to_string(spec::kMaxDraftTokens) +
                 "], got " + std::to_string(sp.num_speculative_tokens));
-  if (sp.method == "dspark") {  // (before loading: the config alone says)
-    if (loader::load_config(config.model + "/config.json").num_nextn_predict_layers <= 0)
-      throw Error("EngineConfig.speculative.method \"dspark\": the checkpoint " + config.model +
-                  " has no DSpark draft stages (config.json num_nextn_predict_layers is 0, no mtp.* weights)");
-    throw Error("EngineConfig.speculative.method \"dspark\": this build has no DSpark drafter yet (the engine verifies "
-                "drafts, but the draft stages mtp.* are not run)");
-  }
+  const spec::DraftSampling draft_sampling = spec::parse_draft_sampling(sp.draft_sampling, "EngineConfig.speculative.draft_sampling");
+  if (sp.method == "dspark" && loader::load_config(config.model + "/config.json").num_nextn_predict_layers <= 0)
+    throw Error("EngineConfig.speculative.method \"dspark\": the checkpoint " + config.model +
+                " has no DSpark draft stages (config.json num_nextn_predict_layers is 0, no mtp.* weights)");
   impl_->backend = kernels::make_backend(config.device, config.threads, config.dtype, config.batch_invariant);
   engine::MemoryOptions memory;
   memory.state_tokens = config.max_model_len;
@@ -92,11 +112,16 @@ LLM::LLM(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   memory.memory_fraction = config.memory_budget_bytes > 0 ? 0.0 : config.memory_fraction;
   memory.device = config.device;
   memory.engram_tables_on_host = config.engram_tables == "host";
+  memory.dspark = sp.method == "dspark";  // (a checkpoint without mtp.* tensors is an Error there)
   impl_->lm = engine::load_model(config.model, *impl_->backend,
                                  config.load_format == "random" ? engine::LoadFormat::kRandom : engine::LoadFormat::kAuto,
                                  config.seed, memory);
 
   impl_->batches = std::make_unique<runner::BatchRunner>(*impl_->lm.model);
+  if (sp.method == "dspark") {
+    impl_->drafter = std::make_shared<spec::DsparkDrafter>(*impl_->lm.model, draft_sampling);
+    impl_->step_cost = std::make_shared<spec::MeasuredStepCost>();
+  }
   const int64_t positions = impl_->lm.model->config().max_position_embeddings;
   if (config.max_model_len > positions)
     throw Error("EngineConfig.max_model_len = " + std::to_string(config.max_model_len) +

@@ -6,10 +6,12 @@
 namespace deepinfer::cache {
 
 StateCache::StateCache(const loader::ModelConfig& config, kernels::Backend& backend, int64_t budget_bytes,
-                       int64_t rollback_rows)
-    : config_(config), backend_(backend), budget_(budget_bytes), rollback_rows_(rollback_rows) {}
+                       int64_t rollback_rows, bool draft_rings)
+    : config_(config), backend_(backend), budget_(budget_bytes), rollback_rows_(rollback_rows), draft_rings_(draft_rings) {}
 
-int64_t StateCache::bytes_for(int64_t n_tokens) const { return model::sequence_state_bytes(config_, n_tokens); }
+int64_t StateCache::bytes_for(int64_t n_tokens) const {
+  return model::sequence_state_bytes(config_, n_tokens, draft_rings_);
+}
 
 bool StateCache::fits(int64_t id, int64_t n_tokens) const {
   if (budget_ <= 0) return true;

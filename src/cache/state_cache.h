@@ -22,7 +22,10 @@ class StateCache {
  public:
   // budget_bytes <= 0: unlimited.
   // States are allocated in `backend`'s memory; each may roll back up to rollback_rows tokens.
-  StateCache(const loader::ModelConfig& config, kernels::Backend& backend, int64_t budget_bytes, int64_t rollback_rows = 0);
+  // draft_rings: the model fills the DSpark stages' rings (ModelOptions.dspark), which the
+  // states' bytes then include.
+  StateCache(const loader::ModelConfig& config, kernels::Backend& backend, int64_t budget_bytes, int64_t rollback_rows = 0,
+             bool draft_rings = false);
 
   // Bytes of state a sequence holds with n_tokens computed, as stored
   // full windows, compressed KV and indexer keys per token, Engram history).
@@ -46,6 +49,7 @@ class StateCache {
   kernels::Backend& backend_;
   int64_t budget_;
   int64_t rollback_rows_;
+  bool draft_rings_;
   int64_t reserved_ = 0;
   std::unordered_map<int64_t, std::unique_ptr<model::SequenceState>> states_;
   std::unordered_map<int64_t, int64_t> reservation_;

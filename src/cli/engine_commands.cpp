@@ -25,7 +25,8 @@ namespace {
 
 const std::vector<std::string> kEngineFlags = {"model", "load-format", "seed", "device", "dtype", "batch-invariant", "threads", "max-num-batched-tokens",
                                                "max-num-seqs", "memory-budget", "memory-fraction", "exact-prefill", "max-model-len",
-                                               "engram-tables", "speculative", "num-speculative-tokens"};
+                                               "engram-tables", "speculative", "num-speculative-tokens",
+                                               "draft-sampling", "no-adaptive-verification"};
 const std::vector<std::string> kSamplingFlags = {"max-tokens", "min-tokens", "temperature", "top-k", "top-p", "min-p",
                                                  "repetition-penalty", "presence-penalty", "frequency-penalty", "stop",
                                                  "stop-token-ids", "ignore-eos", "request-seed", "logprobs", "n",
@@ -61,6 +62,12 @@ EngineConfig engine_config(std::map<std::string, std::string>& f) {
   }
   if (f.count("num-speculative-tokens"))
     c.speculative.num_speculative_tokens = static_cast<int>(parse_int("num-speculative-tokens", f["num-speculative-tokens"], 1, 5));
+  if (f.count("draft-sampling")) {
+    if (f["draft-sampling"] != "greedy" && f["draft-sampling"] != "probabilistic")
+      throw Error("flag --draft-sampling: expected 'greedy' or 'probabilistic', got '" + f["draft-sampling"] + "'");
+    c.speculative.draft_sampling = f["draft-sampling"];
+  }
+  if (f.count("no-adaptive-verification")) c.speculative.adaptive = !parse_bool("no-adaptive-verification", f["no-adaptive-verification"]);
   return c;
 }
 
@@ -103,7 +110,9 @@ constexpr const char* kSamplingHelp =
     "          --max-model-len N (prompt + max_tokens at most; default: the model's max_position_embeddings)\n"
     "          --memory-budget BYTES --memory-fraction F --exact-prefill\n"
     "          --engram-tables host|device (GPU: Engram tables in host memory, rows uploaded per step; default host)\n"
-    "          --speculative dspark --num-speculative-tokens K (speculative decoding: K = 1..5 drafts per step, default 5)\n";
+    "          --speculative dspark --num-speculative-tokens K (speculative decoding: K = 1..5 drafts per step, default 5)\n"
+    "          --draft-sampling greedy|probabilistic (how the drafts are drawn; default greedy)\n"
+    "          --no-adaptive-verification (verify all K drafts every step instead of the confidence-scheduled k)\n";
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -116,7 +125,7 @@ double percentile(std::vector<double> v, double q) {
 
 int cmd_generate(const std::vector<std::string>& args) {
   auto f = parse_flags(args, concat(concat(kEngineFlags, kSamplingFlags), {"prompt", "prompt-ids"}), "generate",
-                       {"exact-prefill", "ignore-eos"});
+                       {"exact-prefill", "ignore-eos", "no-adaptive-verification"});
   if (f.count("help")) {
     std::printf("deepinfer generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [flags]\n  Streams the completion.\n%s",
                 kSamplingHelp);
@@ -157,7 +166,7 @@ int cmd_generate(const std::vector<std::string>& args) {
 
 int cmd_chat(const std::vector<std::string>& args) {
   auto f = parse_flags(args, concat(concat(kEngineFlags, kSamplingFlags), {"thinking", "reasoning-effort", "system"}), "chat",
-                       {"exact-prefill", "ignore-eos", "thinking"});
+                       {"exact-prefill", "ignore-eos", "thinking", "no-adaptive-verification"});
   if (f.count("help")) {
     std::printf("deepinfer chat --model DIR [--system TEXT] [--thinking] [--reasoning-effort E] [flags]\n"
                 "  Interactive chat with DeepSeek-V4.1's chat encoding; an empty line or EOF ends it.\n%s",
@@ -201,7 +210,7 @@ int cmd_chat(const std::vector<std::string>& args) {
 
 int cmd_run_batch(const std::vector<std::string>& args) {
   auto f = parse_flags(args, concat(kEngineFlags, {"input", "output", "metrics", "resume"}), "run-batch",
-                       {"exact-prefill", "resume"});
+                       {"exact-prefill", "resume", "no-adaptive-verification"});
   if (f.count("help")) {
     std::printf("deepinfer run-batch --model DIR --input IN.jsonl --output OUT.jsonl [--resume] [--exact-prefill] [--metrics FILE]\n"
                 "  One output line per input line, in input order, each written as soon as it and every earlier\n"
@@ -293,6 +302,34 @@ int cmd_run_batch(const std::vector<std::string>& args) {
                outs.size(), c.failed, static_cast<long long>(tok_in), static_cast<long long>(tok_out), st.wall_s,
                m["prompt_tokens_per_s"].get<double>(), m["completion_tokens_per_s"].get<double>(), percentile(ttft, 0.5),
                percentile(ttft, 0.99));
+  if (!ec.speculative.method.empty()) {
+    const auto hist = [](const std::vector<int64_t>& h) {
+      std::string s;
+      for (size_t i = 0; i < h.size(); ++i) {
+        if (i > 0) s.push_back(' ');
+        s.append(std::to_string(h[i]));
+      }
+      return s;
+    };
+    m["speculative"] = {{"method", ec.speculative.method},
+                        {"num_speculative_tokens", ec.speculative.num_speculative_tokens},
+                        {"adaptive", ec.speculative.adaptive},
+                        {"draft_sampling", ec.speculative.draft_sampling},
+                        {"rounds", st.spec_rounds},
+                        {"drafted_tokens", st.spec_drafted},
+                        {"accepted_tokens", st.spec_accepted},
+                        {"mean_acceptance_length", st.mean_acceptance_length()},
+                        {"accepted_hist", st.spec_accepted_hist},
+                        {"chosen_k_hist", st.spec_chosen_hist},
+                        {"time_draft_s", st.spec_draft_s},
+                        {"time_verify_s", st.spec_verify_s}};
+    std::fprintf(stderr,
+                 "run-batch: speculative %s: %lld rounds, %lld of %lld drafts accepted, mean acceptance length %.2f; "
+                 "accepted per round (0..K) [%s]; chosen k (0..K) [%s]; drafting %.2f s, verifying steps %.2f s\n",
+                 ec.speculative.method.c_str(), static_cast<long long>(st.spec_rounds), static_cast<long long>(st.spec_accepted),
+                 static_cast<long long>(st.spec_drafted), st.mean_acceptance_length(), hist(st.spec_accepted_hist).c_str(),
+                 hist(st.spec_chosen_hist).c_str(), st.spec_draft_s, st.spec_verify_s);
+  }
   counts_line("", c);
   if (metrics_file.is_open()) {
     metrics_file.write(m.dump(2) + "\n");

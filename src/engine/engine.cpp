@@ -112,6 +112,8 @@ Engine::Engine(runner::BatchRunner& batches, const tokenizer::Tokenizer* tok, En
   if (opts_.speculative.drafter && (k < 1 || k > spec::kMaxDraftTokens))
     throw Error("speculative: num_speculative_tokens must be in [1, " + std::to_string(spec::kMaxDraftTokens) + "], got " +
                 std::to_string(k));
+  if (opts_.speculative.drafter && opts_.speculative.adaptive)
+    step_cost_ = opts_.speculative.step_cost ? opts_.speculative.step_cost : std::make_shared<spec::MeasuredStepCost>();
   if (opts_.sampler_threads > 1) pool_ = std::make_unique<core::ThreadPool>(opts_.sampler_threads);
   for (int64_t e : model_.config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(e));
   if (tok_ && tok_->eos_id() && std::find(eos_ids_.begin(), eos_ids_.end(), *tok_->eos_id()) == eos_ids_.end())
@@ -205,7 +207,8 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
   times_ = StepTimes{};
   const int64_t k = opts_.speculative.drafter ? opts_.speculative.num_speculative_tokens : 0;
   times_.spec_accepted_hist.assign(static_cast<size_t>(k + 1), 0);
-  cache::StateCache cache(model_.config(), model_.backend(), opts_.memory_budget_bytes, k);
+  times_.spec_chosen_hist.assign(static_cast<size_t>(k + 1), 0);
+  cache::StateCache cache(model_.config(), model_.backend(), opts_.memory_budget_bytes, k, model_.dspark());
   sched::Scheduler scheduler(opts_.sched, cache);
   runner::ModelRunner runner(batches_, cache);
   OutputProcessor outputs(tok_, eos_ids_, opts_.on_text, on_finish, t_start);
@@ -235,14 +238,18 @@ bool Engine::step(RunState& rs, runner::ModelRunner& runner) {
   if (opts_.speculative.drafter)
     for (const sched::Sequence* s : plan.preempted) opts_.speculative.drafter->release(s->id);
 
-  t0 = Clock::now();
+  const auto t_run = Clock::now();
   const auto draw_on_backend = [&](const sched::Sequence& s, int64_t j) { return backend_draw(rs, s, j); };
   runner::StepOutput so = runner.run(plan, draw_on_backend);
-  times_.model_s += since(t0);
+  const double run_s = since(t_run);
+  times_.model_s += run_s;
 
   t0 = Clock::now();
   sample(rs, plan, so);
-  times_.sample_s += since(t0);
+  const double sample_s = since(t0);
+  times_.sample_s += sample_s;
+  // The step-time curve of adaptive verification: the work that grows with the step's rows.
+  if (step_cost_) step_cost_->record(plan.n_tokens, run_s + sample_s);
 
   t0 = Clock::now();
   commit(rs, plan);
@@ -252,6 +259,8 @@ bool Engine::step(RunState& rs, runner::ModelRunner& runner) {
   }
   rs.drafted.clear();
   times_.commit_s += since(t0);
+  if (std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const sched::ScheduledChunk& c) { return c.n_draft > 0; }))
+    times_.verify_s += since(t_run);
   return true;
 }
 
@@ -260,28 +269,56 @@ void Engine::propose_drafts(RunState& rs) {
   if (!sp.drafter) return;
   const int64_t V = model_.config().vocab_size;
   std::vector<spec::DraftQuery> queries;
+  int64_t decoding = 0;  // sequences whose next chunk is a decode (one row each)
   for (sched::Sequence* s : rs.scheduler.running()) {
     if (s->num_computed + 1 != static_cast<int64_t>(s->tokens.size())) continue;  // its next chunk is no decode
     const Live& L = *rs.live[s->request];
     const Completion& c = *L.comps[static_cast<size_t>(s->completion)];
     if (c.ended) continue;
+    ++decoding;
     // A step emits the kept drafts and one token more: no draft past max_tokens.
     const int64_t k = std::min<int64_t>(sp.num_speculative_tokens, L.req.params.max_tokens - s->generated() - 1);
     if (k <= 0) continue;
+    DI_CHECK(rs.cache.holds(s->id), "a decoding sequence without state");
     queries.push_back({.seq_id = s->id, .request = s->request, .completion = s->completion, .seed = c.seed,
-                       .tokens = s->tokens, .prompt_len = s->prompt_len, .k = k});
+                       .tokens = s->tokens, .prompt_len = s->prompt_len, .k = k, .params = &L.req.params,
+                       .state = &rs.cache.acquire(s->id)});
     rs.drafted.push_back(s);
   }
   if (queries.empty()) return;
   std::vector<spec::Draft> drafts(queries.size());
   sp.drafter->propose(queries, drafts);
   for (size_t i = 0; i < queries.size(); ++i) {
-    spec::Draft& d = drafts[i];
-    sched::Sequence& s = *rs.drafted[i];
+    const spec::Draft& d = drafts[i];
     DI_CHECK(static_cast<int64_t>(d.tokens.size()) <= queries[i].k, "the drafter proposed more tokens than asked for");
     DI_CHECK(d.probs.empty() || static_cast<int64_t>(d.probs.size()) == static_cast<int64_t>(d.tokens.size()) * V,
              "a probabilistic draft needs one distribution per token");
+    DI_CHECK(d.confidence.empty() || d.confidence.size() == d.tokens.size(), "a draft's confidences need one per token");
     for (int64_t t : d.tokens) DI_CHECK(t >= 0 && t < V, "the drafter proposed a token outside the vocabulary");
+  }
+  // Adaptive verification: each draft with confidences cut to the length the schedule chooses
+  // (those without are verified whole).
+  if (step_cost_) {
+    std::vector<size_t> with;
+    std::vector<std::vector<float>> conf;
+    for (size_t i = 0; i < drafts.size(); ++i)
+      if (!drafts[i].confidence.empty()) {
+        with.push_back(i);
+        conf.push_back(drafts[i].confidence);
+      }
+    const std::vector<int64_t> k = spec::verify_lengths(conf, decoding, decoding, *step_cost_);
+    for (size_t w = 0; w < with.size(); ++w) {
+      spec::Draft& d = drafts[with[w]];
+      const auto keep = static_cast<size_t>(k[w]);
+      d.tokens.resize(keep);
+      d.confidence.resize(keep);
+      if (!d.probs.empty()) d.probs.resize(keep * static_cast<size_t>(V));
+    }
+  }
+  for (size_t i = 0; i < queries.size(); ++i) {
+    spec::Draft& d = drafts[i];
+    sched::Sequence& s = *rs.drafted[i];
+    ++times_.spec_chosen_hist[d.tokens.size()];
     s.draft = std::move(d.tokens);
     rs.live[s.request]->comps[static_cast<size_t>(s.completion)]->draft_probs = std::move(d.probs);
   }

@@ -12,7 +12,9 @@
 // the batch, the chunking, the step budget or preemption (batch-invariant forward, counter-based
 // sampling keyed by (seed, position, completion)).
 // Speculative decoding (EngineOptions.speculative with a drafter): before each step the drafter
-// proposes up to k tokens for every decoding sequence; the scheduler fits them into the step;
+// proposes up to K tokens for every decoding sequence, adaptive verification cuts each draft to
+// the length its confidences and the step-time curve pay for (spec/verify_schedule.h; the curve
+// learns from every step's rows and time); the scheduler fits them into the step;
 // the target runs each sequence's last token and its draft as one chunk; the sampler verifies
 // the draft (sample/verify.h) row by row, each row sampled as plain decoding would sample that
 // position; commit hands the kept tokens and the target's next token to the output processor
@@ -38,6 +40,7 @@
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
 #include "spec/drafter.h"
+#include "spec/verify_schedule.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::grammar {
@@ -56,7 +59,14 @@ uint64_t request_seed(uint64_t engine_seed, uint64_t index);
 // Speculative decoding: a drafter and how many tokens each sequence verifies per step.
 struct SpeculativeOptions {
   std::shared_ptr<spec::Drafter> drafter;  // null: no speculation
-  int64_t num_speculative_tokens = 0;      // k, 1..spec::kMaxDraftTokens (0: no speculation)
+  int64_t num_speculative_tokens = 0;      // K, 1..spec::kMaxDraftTokens (0: no speculation)
+  // Confidence-scheduled verification (spec/verify_schedule.h): each sequence verifies the
+  // prefix of its draft that spec::verify_lengths chooses from the drafter's confidences and the
+  // step-time curve (drafts without confidences are verified whole). false: every draft whole.
+  bool adaptive = true;
+  // The step-time curve; null: one measured online (spec::MeasuredStepCost) for this engine.
+  // The engine records every step's rows and time (forward and sampling) into it.
+  std::shared_ptr<spec::StepCost> step_cost = nullptr;
 };
 
 // The backend's draw for params (temperature, top-k, top-p, min-p, logprobs; the rest must not
@@ -97,9 +107,12 @@ struct StepTimes {
   double schedule_s = 0, model_s = 0, sample_s = 0, commit_s = 0, draft_s = 0;
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0, preemptions = 0, computed_tokens = 0;
   // Speculative decoding: chunks that verified a draft, their draft tokens, those kept, and
-  // how many rounds kept j drafts ([j], j = 0..k).
+  // how many rounds kept j drafts ([j], j = 0..K); how often a drafting sequence was given k
+  // drafts to verify ([k], k = 0..K: the adaptive choice, or the whole draft); the time of the
+  // steps that verified a draft (their forward, sampling and commit: draft_s is the drafter's).
   int64_t spec_rounds = 0, spec_drafted = 0, spec_accepted = 0;
-  std::vector<int64_t> spec_accepted_hist;
+  std::vector<int64_t> spec_accepted_hist, spec_chosen_hist;
+  double verify_s = 0;
   double wall_s = 0;
 };
 
@@ -161,6 +174,7 @@ class Engine {
   std::vector<int32_t> eos_ids_;
   std::optional<std::string> nonfinite_weight_;  // find_nonfinite_weight's answer, once asked
   std::shared_ptr<grammar::GrammarCache> grammars_;  // created on the first structured request
+  std::shared_ptr<spec::StepCost> step_cost_;        // adaptive verification's curve
 };
 
 }  // namespace deepinfer::engine

@@ -38,6 +38,7 @@ model::PlanOptions plan_options(const kernels::Backend& backend, const MemoryOpt
   o.state_budget_bytes = m.state_budget_bytes;
   o.memory_fraction = m.memory_fraction;
   o.engram_tables_on_host = m.engram_tables_on_host;
+  o.dspark = m.dspark;
   return o;
 }
 
@@ -68,7 +69,8 @@ LoadedModel load_model_unchecked(const std::string& dir, kernels::Backend& backe
   if (fs::exists(fs::path(dir) / "tokenizer.json")) lm.tokenizer = tokenizer::Tokenizer::load(dir);
   auto hasher = make_engram_hasher(cfg, lm.tokenizer.get(), dir);
   lm.model = std::make_unique<model::DeepseekV41>(std::move(cfg), std::move(w), backend, std::move(hasher),
-                                                  model::ModelOptions{.engram_tables_on_host = memory.engram_tables_on_host});
+                                                  model::ModelOptions{.engram_tables_on_host = memory.engram_tables_on_host,
+                                                                      .dspark = memory.dspark});
   return lm;
 }
 

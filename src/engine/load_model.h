@@ -40,6 +40,9 @@ struct MemoryOptions {
   double memory_fraction = 0;        // or this fraction of the memory free after loading (0: none)
   std::string device;                // the device's name in messages ("": the backend's name)
   bool engram_tables_on_host = true;  // device backends: Engram tables stay in host memory (model::ModelOptions)
+  // DSpark speculative decoding: the model runs its draft stages (model::ModelOptions.dspark; an
+  // Error when the checkpoint has none), and each sequence's state holds their rings.
+  bool dspark = false;
   model::MemoryAvailable available;  // -1 fields: asked now of the backend (device) and the host
 };
 

@@ -60,11 +60,17 @@ int64_t host_memory_available() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : -1;
 }
 
-int64_t sequence_state_bytes(const loader::ModelConfig& c, int64_t n_tokens) {
+int64_t sequence_state_bytes(const loader::ModelConfig& c, int64_t n_tokens, bool draft_rings) {
   const StateBytes b = state_bytes(c);
   const int64_t ring = std::max<int64_t>(1, c.sliding_window - 1);
   const double window = b.fixed_stored * static_cast<double>(std::min(n_tokens, ring)) / static_cast<double>(ring);
-  return static_cast<int64_t>(std::ceil(window + b.per_token_stored * static_cast<double>(n_tokens)));
+  return static_cast<int64_t>(std::ceil(window + b.per_token_stored * static_cast<double>(n_tokens))) +
+         (draft_rings ? draft_ring_bytes(c, n_tokens) : 0);
+}
+
+int64_t draft_ring_bytes(const loader::ModelConfig& c, int64_t n_tokens) {
+  const int64_t hd = c.head_dim, row = (hd % 32 == 0 ? hd + hd / 32 : hd * 4) + 8;
+  return c.num_nextn_predict_layers * std::min(std::max<int64_t>(n_tokens, 0), c.sliding_window) * row;
 }
 
 std::string human_bytes(double bytes) {

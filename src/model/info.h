@@ -30,7 +30,13 @@ int64_t host_memory_available();
 // Bytes of state one sequence holds with n_tokens computed, as stored: the window rings fill up
 // to sliding_window - 1 tokens, the compressed KV, indexer keys and Engram history grow with
 // every token (what the engine's StateCache reserves).
-int64_t sequence_state_bytes(const loader::ModelConfig& c, int64_t n_tokens);
+// With draft_rings (a model made with ModelOptions.dspark): also the DSpark stages' rings, which
+// fill up to sliding_window tokens.
+int64_t sequence_state_bytes(const loader::ModelConfig& c, int64_t n_tokens, bool draft_rings = false);
+// The DSpark stages' rings of one sequence with n_tokens computed (each stage keeps the last
+// sliding_window keys: FP8 with a scale per 32 where head_dim divides, else float32, and 8
+// bytes of position each).
+int64_t draft_ring_bytes(const loader::ModelConfig& c, int64_t n_tokens);
 // "1.23 GB" style.
 std::string human_bytes(double bytes);
 

@@ -182,9 +182,9 @@ MemoryPlan plan_memory(const loader::ModelConfig& c, const loader::Checkpoint* c
   const int64_t positions = c.max_position_embeddings;
   p.state_tokens = o.state_tokens > 0 && o.state_tokens <= positions ? o.state_tokens : positions;
   const StateBytes b = state_bytes(c);
-  p.state_fixed = b.fixed_stored;
+  p.state_fixed = b.fixed_stored + (o.dspark ? static_cast<double>(draft_ring_bytes(c, c.sliding_window)) : 0.0);
   p.state_per_token = b.per_token_stored;
-  p.state_min = sequence_state_bytes(c, p.state_tokens);
+  p.state_min = sequence_state_bytes(c, p.state_tokens, o.dspark);
   return p;
 }
 

@@ -64,6 +64,7 @@ struct PlanOptions {
   double memory_fraction = 0;       // or this fraction of the memory free after loading (0: none;
                                     // plan_memory resolves it by effective_memory_fraction)
   bool engram_tables_on_host = true;  // device backends: Engram tables stay in host memory
+  bool dspark = false;              // the state holds the DSpark stages' rings too (ModelOptions.dspark)
 };
 
 struct MemoryPlan {

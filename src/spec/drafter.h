@@ -5,8 +5,9 @@
 // as one chunk of the step's batch, and the sampler verifies them (sample/verify.h): greedy and
 // deterministic drafts are accepted while they equal the target's own draw at their position,
 // probabilistic drafts by the rejection rule against the distributions they were drawn from.
-// Rejected rows are rolled back (cache::StateCache::rollback), and the drafter is told how many
-// of its tokens were kept, so a drafter with state of its own (DSpark's rings) can roll back too.
+// Rejected rows are rolled back (cache::StateCache::rollback, which covers DSpark's rings in the
+// sequence state), and the drafter is told how many of its tokens were kept, so a drafter with
+// state of its own can roll back too.
 // Invariants: a draft depends only on the sequence (its tokens, seed, position), never on the
 // batch, so outputs stay batch-invariant; a deterministic draft leaves a seeded request's tokens
 // exactly those of decoding without speculation.
@@ -16,6 +17,12 @@
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer::model {
+class SequenceState;
+}
 
 namespace deepinfer::spec {
 
@@ -31,6 +38,10 @@ struct DraftQuery {
   std::span<const int64_t> tokens;    // prompt then generated tokens; the last is the anchor
   int64_t prompt_len = 0;
   int64_t k = 0;                      // drafts wanted, 1..kMaxDraftTokens
+  const SamplingParams* params = nullptr;  // the request's sampling parameters
+  // The sequence's model state: the target has computed every token but the anchor (length()
+  // == tokens.size() - 1). A drafter reads it and must leave it unchanged.
+  model::SequenceState* state = nullptr;
 };
 
 struct Draft {
@@ -39,6 +50,10 @@ struct Draft {
   // from (each row sums to 1; its token has probability > 0). Empty: deterministic drafts (greedy
   // or otherwise fixed), accepted only where the target draws the same token.
   std::vector<float> probs;
+  // Optional, [tokens.size()]: the drafter's estimate of the probability that token j is kept
+  // given that the tokens before it are (DSpark's confidence head, in (0, 1)). Empty: none; the
+  // engine's adaptive verification then keeps the whole draft.
+  std::vector<float> confidence;
 };
 
 class Drafter {

@@ -22,11 +22,13 @@
 
 #include "core/npy.h"
 #include "kernels/backend.h"
+#include "model/dspark_fixture.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 const std::string kCed = std::string(DEEPINFER_TEST_DATA) + "/v41/ced";
@@ -190,7 +192,8 @@ TEST_F(Cli, InfoPlansEngramTablesWhereTheFlagSays) {
               HasSubstr("EngineConfig.engram_tables: expected \"host\" or \"device\", got \"gpu\""));
 }
 
-// --speculative: only dspark, K in 1..5; a checkpoint without draft stages is refused by name.
+// --speculative: only dspark, K in 1..5, draft sampling greedy or probabilistic; a checkpoint
+// without draft stages is refused by name.
 TEST_F(Cli, SpeculativeFlagsAreChecked) {
   EXPECT_THAT(expect_error("generate --model " + quote(kCed) + " --prompt-ids 5 --speculative eagle"),
               HasSubstr("flag --speculative: expected 'dspark', got 'eagle'"));
@@ -198,6 +201,8 @@ TEST_F(Cli, SpeculativeFlagsAreChecked) {
               HasSubstr("flag --num-speculative-tokens"));
   EXPECT_THAT(expect_error("generate --model " + quote(kCed) + " --prompt-ids 5 --speculative dspark"),
               HasSubstr("has no DSpark draft stages (config.json num_nextn_predict_layers is 0, no mtp.* weights)"));
+  EXPECT_THAT(expect_error("generate --model " + quote(kCed) + " --prompt-ids 5 --speculative dspark --draft-sampling top"),
+              HasSubstr("flag --draft-sampling: expected 'greedy' or 'probabilistic', got 'top'"));
 }
 
 // run-batch reports the plan it checked on stderr when it starts; logits with its load time.
@@ -754,4 +759,55 @@ TEST_F(Cli, RunBatchBadLinesFailAloneAndTheRestComplete) {
   EXPECT_THAT(expect_error("run-batch --model " + quote(model) + " --input " + quote(path("")) + " --output " + quote(path("o.jsonl"))),
               HasSubstr("Is a directory"));
   EXPECT_THAT(expect_error("tokenize --model " + quote(model) + " --file " + quote(path(""))), HasSubstr("is a directory"));
+}
+
+// run-batch with DSpark speculative decoding on the DSpark fixture: the greedy results are those
+// of the run without it; the summary line and --metrics report the rounds, acceptance (mean
+// length, histogram), the chosen k and the time drafting and verifying.
+TEST_F(Cli, RunBatchReportsSpeculativeMetrics) {
+  const std::string model = deepinfer::testing::dspark_checkpoint("dspark_cli");
+  {
+    std::ofstream in(path("in.jsonl"));
+    for (int i = 0; i < 6; ++i)
+      in << "{\"custom_id\":\"r" << i << "\",\"body\":{\"prompt_token_ids\":[5," << 3 + 11 * i
+         << ",9,40],\"max_tokens\":12,\"temperature\":0,\"ignore_eos\":true}}\n";
+  }
+  const std::string base = "run-batch --model " + quote(model) + " --input " + quote(path("in.jsonl"));
+  const Outcome plain = run(base + " --output " + quote(path("plain.jsonl")));
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_THAT(plain.err, Not(HasSubstr("speculative")));
+  for (const std::string flags : {"--speculative dspark --num-speculative-tokens 4",
+                                  "--speculative dspark --num-speculative-tokens 4 --no-adaptive-verification"}) {
+    const Outcome r = run(base + " --output " + quote(path("spec.jsonl")) + " --metrics " + quote(path("m.json")) + " " + flags);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(slurp(path("spec.jsonl")).size(), slurp(path("plain.jsonl")).size());
+    std::ifstream a(path("plain.jsonl")), b(path("spec.jsonl"));
+    for (std::string x, y; std::getline(a, x) && std::getline(b, y);) {
+      const auto jx = nlohmann::json::parse(x), jy = nlohmann::json::parse(y);
+      EXPECT_EQ(jx["response"]["choices"][0]["text"], jy["response"]["choices"][0]["text"]) << flags;
+    }
+    const auto m = nlohmann::json::parse(slurp(path("m.json")));
+    ASSERT_TRUE(m.contains("speculative")) << flags;
+    const auto& s = m["speculative"];
+    EXPECT_EQ(s["method"], "dspark");
+    EXPECT_EQ(s["num_speculative_tokens"], 4);
+    EXPECT_EQ(s["adaptive"], flags.find("no-adaptive") == std::string::npos);
+    const auto acc = s["accepted_hist"].get<std::vector<int64_t>>(), chosen = s["chosen_k_hist"].get<std::vector<int64_t>>();
+    ASSERT_EQ(acc.size(), 5u);
+    ASSERT_EQ(chosen.size(), 5u);
+    int64_t rounds = 0, accepted = 0;
+    for (size_t j = 0; j < acc.size(); ++j) rounds += acc[j], accepted += static_cast<int64_t>(j) * acc[j];
+    EXPECT_GT(rounds, 0);
+    EXPECT_EQ(s["rounds"].get<int64_t>(), rounds);
+    EXPECT_EQ(s["accepted_tokens"].get<int64_t>(), accepted);
+    EXPECT_DOUBLE_EQ(s["mean_acceptance_length"].get<double>(), static_cast<double>(accepted + rounds) / static_cast<double>(rounds));
+    EXPECT_GT(s["time_draft_s"].get<double>(), 0.0);
+    EXPECT_GT(s["time_verify_s"].get<double>(), 0.0);
+    if (flags.find("no-adaptive") != std::string::npos) {
+      EXPECT_EQ(chosen[0], 0) << "adaptive off: every draft whole";
+    }
+    EXPECT_THAT(r.err, HasSubstr("run-batch: speculative dspark: " + std::to_string(rounds) + " rounds, " +
+                                 std::to_string(accepted) + " of "));
+    EXPECT_THAT(r.err, HasSubstr("mean acceptance length"));
+  }
 }

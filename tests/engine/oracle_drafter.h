@@ -47,6 +47,7 @@ class OracleDrafter : public spec::Drafter {
         if (wrong_ && wrong_(d.request, pos, i)) tok = wrong_token_ >= 0 ? wrong_token_ : (tok + 1 + i) % vocab_;
         if (probabilistic_) tok = draw(d, pos + i, tok, out[q]);
         out[q].tokens.push_back(tok);
+        if (confidence_) out[q].confidence.push_back(confidence_(d.request, pos, i));
       }
       ++proposals_;
     }
@@ -59,6 +60,9 @@ class OracleDrafter : public spec::Drafter {
 
   // Wrong drafts are this token (>= 0) instead of a neighbour of the right one.
   void set_wrong_token(int64_t t) { wrong_token_ = t; }
+  // Each draft token i of a block whose first draft is output position `pos` gets
+  // confidence(request, pos, i) (adaptive verification); unset: no confidences.
+  void set_confidence(std::function<float(size_t, int64_t, int64_t)> f) { confidence_ = std::move(f); }
 
   int64_t proposals() const { return proposals_; }
   int64_t verified_drafts() const { return verified_drafts_; }
@@ -90,13 +94,16 @@ class OracleDrafter : public spec::Drafter {
   bool probabilistic_;
   double mix_;
   int64_t wrong_token_ = -1;
+  std::function<float(size_t, int64_t, int64_t)> confidence_;
   int64_t proposals_ = 0, verified_drafts_ = 0, accepted_ = 0, released_ = 0;
 };
 
-// A model loaded once, and engines run on it with given options.
+// A model loaded once, and engines run on it with given options (load.dspark: the model runs its
+// DSpark stages).
 struct EngineRig {
-  EngineRig(const std::string& dir, engine::LoadFormat format, uint64_t seed = 0, const std::string& device = "cpu")
-      : backend(kernels::make_backend(device, 2)), lm(engine::load_model(dir, *backend, format, seed)),
+  EngineRig(const std::string& dir, engine::LoadFormat format, uint64_t seed = 0, const std::string& device = "cpu",
+            const engine::MemoryOptions& load = {})
+      : backend(kernels::make_backend(device, 2)), lm(engine::load_model(dir, *backend, format, seed, load)),
         batches(std::make_unique<runner::BatchRunner>(*lm.model)) {}
 
   engine::EngineOptions options() const {

@@ -191,7 +191,7 @@ TEST(EngineRequestErrors, NanRowsUnderSpeculationFailWherePlainDecodingFails) {
     auto oracle = std::make_shared<testing_util::OracleDrafter>(expected, rig.vocab(),
                                                                 [](size_t, int64_t pos, int64_t i) { return (pos + i) % 3 == 2; });
     oracle->set_wrong_token(poison);  // wrong drafts are the poisoned token
-    o.speculative = {oracle, k};
+    o.speculative = {.drafter = oracle, .num_speculative_tokens = k};
     const auto got = rig.run(requests(), o);
     ASSERT_EQ(got.size(), ref.size());
     for (size_t i = 0; i < ref.size(); ++i) {

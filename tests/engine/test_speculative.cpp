@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,7 @@
 #include "model/devices.h"
 #include "sample/chi_square.h"
 #include "sample/sampler.h"
+#include "spec/verify_schedule.h"
 
 using namespace deepinfer;
 using testing_util::EngineRig;
@@ -92,7 +94,7 @@ engine::StepTimes check_patterns(EngineRig& rig, const std::vector<engine::Engin
     for (const Pattern& pat : patterns()) {
       engine::EngineOptions o = base;
       auto drafter = std::make_shared<OracleDrafter>(outputs_of(ref), rig.vocab(), pat.wrong, pat.length);
-      o.speculative = {drafter, k};
+      o.speculative = {.drafter = drafter, .num_speculative_tokens = k};
       engine::StepTimes t;
       expect_same(ref, rig.run(reqs, o, &t), what + ", k " + std::to_string(k) + ", " + pat.name);
       EXPECT_GT(t.spec_rounds, 0) << what;
@@ -256,7 +258,8 @@ TEST(Speculative, StopConditionsInsideAnAcceptedBlock) {
   EXPECT_EQ(ref[3].outputs[0].finish_reason, FinishReason::kStop);
   for (int64_t k : {1, 3, 5}) {
     engine::EngineOptions o = rig.options();
-    o.speculative = {std::make_shared<OracleDrafter>(outputs_of(ref), rig.vocab()), k};
+    o.speculative = {.drafter = std::make_shared<OracleDrafter>(outputs_of(ref), rig.vocab()),
+                     .num_speculative_tokens = k};
     expect_same(ref, rig.run(reqs, o), "k " + std::to_string(k));
   }
   // EOS: a model whose EOS id is the greedy output's fifth token.
@@ -274,7 +277,8 @@ TEST(Speculative, StopConditionsInsideAnAcceptedBlock) {
   EXPECT_EQ(eos_ref[0].outputs[0].finish_reason, FinishReason::kStop);
   EXPECT_LE(eos_ref[0].outputs[0].token_ids.size(), 5u);
   engine::EngineOptions o = eos.options();
-  o.speculative = {std::make_shared<OracleDrafter>(outputs_of(eos_ref), eos.vocab()), 5};
+  o.speculative = {.drafter = std::make_shared<OracleDrafter>(outputs_of(eos_ref), eos.vocab()),
+                   .num_speculative_tokens = 5};
   expect_same(eos_ref, eos.run({request(prompt, e, 0)}, o), "EOS");
 }
 
@@ -365,7 +369,7 @@ TEST(Speculative, ProbabilisticDraftsKeepTheTargetsDistribution) {
   EXPECT_GT(plain.p_value, 1e-3) << "without speculation: chi2 " << plain.stat << " over " << plain.bins << " cells";
   std::vector<std::vector<std::vector<int32_t>>> oracle(static_cast<size_t>(kRuns), {{0, 2, 1, 3}});
   auto drafter = std::make_shared<OracleDrafter>(oracle, V, nullptr, nullptr, /*probabilistic=*/true, 0.6);
-  o.speculative = {drafter, 3};
+  o.speculative = {.drafter = drafter, .num_speculative_tokens = 3};
   engine::StepTimes t;
   const auto outs = rig.run(reqs, o, &t);
   const auto spec = deepinfer::testing::chi_square(counts_of(outs), expected, kRuns);
@@ -406,4 +410,110 @@ TEST(Speculative, StructuredOutputsEqualPlainDecoding) {
     }
   const auto t = check_patterns(rig, reqs, rig.options(), {2, 5}, "structured", /*ends_early=*/true);
   EXPECT_GT(t.spec_accepted, 0);
+}
+
+// Adaptive verification against injected step-time curves, with an oracle whose drafts are all
+// right and carry confidence 0.9: a flat curve verifies every draft whole (as adaptive off
+// does); a curve without a fixed cost verifies none (plain decoding steps); a fixed cost of 40
+// rows verifies all five drafts of a sequence alone and fewer per sequence in a batch of 32.
+// The outputs equal plain decoding's every time.
+TEST(Speculative, AdaptiveVerificationFollowsTheCostCurve) {
+  EngineRig rig(testing_util::random_model_dir(), engine::LoadFormat::kRandom, 4);
+  std::vector<engine::EngineRequest> reqs;
+  for (int i = 0; i < 32; ++i) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 14;
+    p.ignore_eos = true;
+    reqs.push_back(request({static_cast<int32_t>(7 + i), 40, static_cast<int32_t>(90 + 3 * i)}, p, static_cast<size_t>(i)));
+  }
+  engine::EngineOptions base = rig.options();
+  base.sched.max_num_seqs = 64;
+  const auto ref = rig.run(reqs, base);
+  auto run = [&](const std::vector<engine::EngineRequest>& rq, const std::vector<RequestOutput>& want, bool adaptive,
+                 std::function<double(int64_t)> curve, const std::string& what) {
+    auto oracle = std::make_shared<OracleDrafter>(outputs_of(want), rig.vocab());
+    oracle->set_confidence([](size_t, int64_t, int64_t) { return 0.9f; });
+    engine::EngineOptions o = base;
+    o.speculative = {.drafter = oracle, .num_speculative_tokens = 5, .adaptive = adaptive,
+                     .step_cost = curve ? std::make_shared<spec::FixedStepCost>(curve) : nullptr};
+    engine::StepTimes t;
+    expect_same(want, rig.run(rq, o, &t), what);
+    return t;
+  };
+  const auto off = run(reqs, ref, false, nullptr, "adaptive off");
+  const auto flat = run(reqs, ref, true, [](int64_t) { return 1.0; }, "flat curve");
+  EXPECT_EQ(flat.spec_chosen_hist, off.spec_chosen_hist);
+  EXPECT_EQ(flat.spec_drafted, off.spec_drafted);
+  EXPECT_EQ(flat.spec_chosen_hist[0], 0);
+  EXPECT_GT(flat.spec_chosen_hist[5], 0);
+  const auto linear = run(reqs, ref, true, [](int64_t r) { return static_cast<double>(r); }, "linear curve");
+  EXPECT_EQ(linear.spec_rounds, 0);
+  EXPECT_EQ(linear.spec_chosen_hist[0], std::accumulate(linear.spec_chosen_hist.begin(), linear.spec_chosen_hist.end(), int64_t{0}));
+  // Every decode step but the last (whose block would pass max_tokens) drafted, none verified.
+  EXPECT_EQ(linear.spec_chosen_hist[0], 32 * 12);
+  const auto fixed = [](int64_t r) { return 40.0 + static_cast<double>(r); };
+  const std::vector<engine::EngineRequest> one{reqs[0]};
+  const std::vector<RequestOutput> one_ref{ref[0]};
+  const auto alone = run(one, one_ref, true, fixed, "fixed cost, alone");
+  const auto batch = run(reqs, ref, true, fixed, "fixed cost, batch of 32");
+  auto mean_k = [](const engine::StepTimes& t) {
+    int64_t n = 0, sum = 0;
+    for (size_t k = 0; k < t.spec_chosen_hist.size(); ++k) n += t.spec_chosen_hist[k], sum += static_cast<int64_t>(k) * t.spec_chosen_hist[k];
+    return static_cast<double>(sum) / static_cast<double>(n);
+  };
+  // Alone every block the oracle offers whole (5, then fewer near max_tokens) is kept whole.
+  const auto alone_off = run(one, one_ref, false, nullptr, "alone, adaptive off");
+  EXPECT_EQ(alone.spec_chosen_hist, alone_off.spec_chosen_hist);
+  EXPECT_LT(mean_k(batch), mean_k(alone) - 1.0);
+  EXPECT_GT(mean_k(batch), 0.0);
+}
+
+// The counters: an oracle that proposes the target's own continuation has every round keep all
+// K drafts (mean acceptance length K + 1); one that is always wrong keeps none (length 1). With
+// max_tokens 1 + 4 n + 1 and K = 3 every round drafts 3 (the last token is a plain decode).
+TEST(Speculative, CountersOfRightAndWrongOracles) {
+  EngineRig rig(testing_util::random_model_dir(), engine::LoadFormat::kRandom, 6);
+  constexpr int kRequests = 5, kRounds = 4, K = 3;
+  std::vector<engine::EngineRequest> reqs;
+  for (int i = 0; i < kRequests; ++i) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 1 + (K + 1) * kRounds + 1;
+    p.ignore_eos = true;
+    reqs.push_back(request({static_cast<int32_t>(20 + i), 31, 77}, p, static_cast<size_t>(i)));
+  }
+  const auto ref = rig.run(reqs, rig.options());
+  for (bool right : {true, false}) {
+    std::function<bool(size_t, int64_t, int64_t)> wrong;
+    if (!right) wrong = [](size_t, int64_t, int64_t) { return true; };
+    auto oracle = std::make_shared<OracleDrafter>(outputs_of(ref), rig.vocab(), wrong);
+    engine::EngineOptions o = rig.options();
+    o.speculative = {.drafter = oracle, .num_speculative_tokens = int64_t{K}, .adaptive = false};
+    engine::StepTimes t;
+    expect_same(ref, rig.run(reqs, o, &t), right ? "right" : "wrong");
+    // Each round drafts min(K, max_tokens - generated - 1) tokens; a right one emits them all
+    // and one more, a wrong one a single token.
+    std::vector<int64_t> accepted(K + 1, 0), chosen(K + 1, 0);
+    int64_t rounds = 0, drafted = 0;
+    const int64_t max_tokens = reqs[0].params.max_tokens;
+    for (int64_t gen = 1; max_tokens - gen - 1 > 0;) {
+      const int64_t k = std::min<int64_t>(K, max_tokens - gen - 1);
+      ++rounds, drafted += k, ++chosen[static_cast<size_t>(k)], ++accepted[right ? static_cast<size_t>(k) : 0];
+      gen += right ? k + 1 : 1;
+    }
+    for (auto* v : {&accepted, &chosen})
+      for (int64_t& x : *v) x *= kRequests;
+    EXPECT_EQ(t.spec_rounds, rounds * kRequests);
+    EXPECT_EQ(t.spec_drafted, drafted * kRequests);
+    EXPECT_EQ(t.spec_accepted, right ? drafted * kRequests : 0);
+    EXPECT_EQ(t.spec_accepted_hist, accepted);
+    EXPECT_EQ(t.spec_chosen_hist, chosen);
+    if (right) {
+      EXPECT_EQ(rounds, kRounds);
+      EXPECT_EQ(accepted[K], kRequests * kRounds);  // acceptance K every round
+    }
+    EXPECT_GT(t.verify_s, 0.0);
+    EXPECT_LE(t.verify_s, t.wall_s);
+  }
 }

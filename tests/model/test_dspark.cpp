@@ -22,6 +22,7 @@
 #include "loader/safetensors.h"
 #include "model/deepseek_v41.h"
 #include "model/info.h"
+#include "model/memory_plan.h"
 #include "model/weights.h"
 #include "runner/batch_runner.h"
 #include "tokenizer/tokenizer.h"
@@ -372,6 +373,12 @@ TEST_P(DsparkRings, TheTargetsLogitsDoNotChange) {
   EXPECT_TRUE(sb.draft_ring(0).pos.empty());
   EXPECT_EQ(sb.bytes() + 3 * static_cast<int64_t>(ring_bytes(sa.draft_ring(0), *on.be).size() + 8 * sa.draft_ring(0).pos.size()),
             sa.bytes());
+  // What the state cache reserves for the rings (model::draft_ring_bytes), full and filling.
+  EXPECT_EQ(sa.bytes() - sb.bytes(), model::draft_ring_bytes(on.cfg(), n));
+  auto s3 = on.m->new_state(), s3off = off.m->new_state();
+  on.run->forward(toks.data(), 3, s3, a.data());
+  off.run->forward(toks.data(), 3, s3off, b.data());
+  EXPECT_EQ(s3.bytes() - s3off.bytes(), model::draft_ring_bytes(on.cfg(), 3));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dspark, DsparkRings, ::testing::ValuesIn(deepinfer::testing::devices()), deepinfer::testing::device_name);
@@ -495,3 +502,16 @@ TEST(DsparkWeights, SpeculationNeedsTheStages) {
 }
 
 }  // namespace
+
+// The memory plan of a model that runs its stages counts their rings in one sequence's state.
+TEST(DsparkState, ThePlanCountsTheRings) {
+  const loader::ModelConfig c = loader::load_config(v41_fixture("dspark") + "/config.json");
+  model::PlanOptions o;
+  o.state_tokens = 100;
+  const model::MemoryPlan off = model::plan_memory(c, nullptr, o);
+  o.dspark = true;
+  const model::MemoryPlan on = model::plan_memory(c, nullptr, o);
+  EXPECT_EQ(on.state_min - off.state_min, model::draft_ring_bytes(c, 100));
+  EXPECT_EQ(model::draft_ring_bytes(c, 100), 3 * 8 * (32 + 1 + 8));  // 3 stages x window 8 x (FP8 + scale + position)
+  EXPECT_EQ(model::sequence_state_bytes(c, 5, true) - model::sequence_state_bytes(c, 5), 3 * 5 * 41);
+}
