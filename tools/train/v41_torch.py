@@ -129,6 +129,13 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inverse: bool = 
     return torch.cat([nope, rot], dim=-1)
 
 
+def top_stable(v: torch.Tensor, k: int):
+    """The k largest values of the last axis and their indices, equal values in index order
+    (the engine's and tools/v41_reference.py's rule; torch.topk leaves ties unspecified)."""
+    val, ind = torch.sort(v, dim=-1, descending=True, stable=True)
+    return val[..., :k], ind[..., :k]
+
+
 def angles(pos: torch.Tensor, freqs: torch.Tensor):
     ang = pos.float()[..., None] * freqs
     return torch.cos(ang), torch.sin(ang)
@@ -172,7 +179,7 @@ class MoE(nn.Module):
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         s = torch.sqrt(F.softplus(x @ self.gate.weight.T / c.gate_temp))
-        idx = torch.topk(s + self.gate.bias, self.K, dim=-1).indices
+        idx = top_stable(s + self.gate.bias, self.K)[1]
         w = s.gather(1, idx)
         if c.norm_topk and self.K > 1:
             w = w / (w.sum(-1, keepdim=True) + 1e-20)
@@ -469,8 +476,8 @@ class V41(nn.Module):
         shared["index_score"] = score
         kk = min(c.topk, T)
         with torch.no_grad():
-            top = torch.topk(score, kk, dim=-1)
-            sel = torch.zeros_like(score, dtype=torch.bool).scatter(-1, top.indices, torch.isfinite(top.values))
+            val, ind = top_stable(score, kk)
+            sel = torch.zeros_like(score, dtype=torch.bool).scatter(-1, ind, torch.isfinite(val))
         shared["topk"] = sel
 
     def candidates(self, score, lens):
@@ -482,8 +489,8 @@ class V41(nn.Module):
             nb = sc.shape[-1]
             last = torch.div(lens - 1, bs, rounding_mode="floor")  # [S, 1]
             sc = sc.masked_fill(torch.arange(nb, device=sc.device)[None, :] == last, float("inf"))
-            top = torch.topk(sc, min(nb_keep, nb), dim=-1)
-            keep = torch.zeros_like(sc, dtype=torch.bool).scatter(-1, top.indices, top.values > float("-inf"))
+            val, ind = top_stable(sc, min(nb_keep, nb))
+            keep = torch.zeros_like(sc, dtype=torch.bool).scatter(-1, ind, val > float("-inf"))
             return keep.repeat_interleave(bs, dim=-1)[..., :T]
 
     # --- Engram
