@@ -7,6 +7,7 @@ model derived from it; the manifest records package, version, licence and file c
   python-docs    /usr/share/doc/python3.11/html/_sources/**/*.rst.txt
                                                     Debian python3.11-doc (PSF-2.0; examples 0BSD)
   numpy          numpy/**/*.py of the installed wheel  PyPI numpy (BSD-3-Clause for its Python files)
+  sympy          sympy/**/*.py, tests/ folders left out  PyPI sympy (BSD-3-Clause)
 
 Every file is one document. The split is by file: a document is held out for validation when the
 first 8 bytes of sha256("<source>/<relative path>") read as a big-endian integer, modulo 1000,
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -36,6 +39,9 @@ DEBIAN = {
     "python-docs": ("/usr/share/doc/python3.11/html/_sources", ".rst.txt", "python3.11-doc",
                     "PSF-2.0 (code examples: 0BSD)"),
 }
+# name -> (import name, licence, extra folder names to leave out)
+PYPI = {"numpy": ("numpy", "BSD-3-Clause (its Python sources)", ()),
+        "sympy": ("sympy", "BSD-3-Clause", ("tests",))}
 SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
 
 
@@ -47,10 +53,10 @@ def debian_version(pkg: str) -> str:
         return ""
 
 
-def list_files(root: str, suffix: str) -> list[str]:
+def list_files(root: str, suffix: str, skip=()) -> list[str]:
     files = []
     for d, dirs, names in os.walk(root):
-        dirs[:] = sorted(x for x in dirs if x not in SKIP_DIRS)
+        dirs[:] = sorted(x for x in dirs if x not in SKIP_DIRS and x not in skip)
         files += [os.path.relpath(os.path.join(d, n), root) for n in names if n.endswith(suffix)]
     return sorted(files)
 
@@ -78,13 +84,15 @@ def sources() -> list[dict]:
             raise SystemExit(f"source {name}: {root} or Debian package {pkg} is missing "
                              f"(apt-get install {pkg})")
         out.append({"name": name, "root": root, "suffix": suffix, "package": f"debian:{pkg}", "version": ver,
-                    "license": lic})
-    try:
-        import numpy
-    except ImportError:
-        raise SystemExit("source numpy: the numpy package is not installed (pip install numpy==2.4.6)")
-    out.append({"name": "numpy", "root": os.path.dirname(numpy.__file__), "suffix": ".py", "package": "pypi:numpy",
-                "version": numpy.__version__, "license": "BSD-3-Clause (its Python sources)"})
+                    "license": lic, "skip": ()})
+    for name, (module, lic, skip) in PYPI.items():
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            raise SystemExit(f"source {name}: the PyPI package {name} is not installed "
+                             "(pip install -r tools/train/requirements.txt)")
+        out.append({"name": name, "root": os.path.dirname(mod.__file__), "suffix": ".py", "package": f"pypi:{name}",
+                    "version": importlib.metadata.version(name), "license": lic, "skip": skip})
     return out
 
 
@@ -105,7 +113,7 @@ def main() -> int:
     for s in sources():
         stat = {k: {"files": 0, "bytes": 0} for k in ("train", "val")}
         used = 0
-        for rel in list_files(s["root"], s["suffix"]):
+        for rel in list_files(s["root"], s["suffix"], s["skip"]):
             text = read_text(os.path.join(s["root"], rel))
             if text is None:
                 continue

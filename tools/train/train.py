@@ -199,7 +199,7 @@ def draft_loss(model: T.V41, x: torch.Tensor, anchors: int, gen: np.random.Gener
     tv = 0.5 * (torch.softmax(logits, -1) - torch.softmax(t, -1)).abs().sum(-1).mean()
     acc = (logits.argmax(-1) == t.argmax(-1)).float()
     bce = F.binary_cross_entropy_with_logits(conf.float(), acc)
-    return 0.1 * ce + 0.9 * tv + 1.0 * bce, {"ce": float(ce), "tv": float(tv), "bce": float(bce),
+    return 0.1 * ce + 0.9 * tv + 1.0 * bce, {"ce": float(ce.detach()), "tv": float(tv.detach()), "bce": float(bce.detach()),
                                              "accept": acc.mean(0).tolist()}
 
 
