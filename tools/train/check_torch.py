@@ -95,6 +95,25 @@ def main() -> int:
         fails += not ok
         print(f"dspark {case['name']}: ids {'identical' if same else 'DIFFERENT'}, logits rel err {e_l:.3g}, "
               f"confidence rel err {e_c:.3g}: {'ok' if ok else 'FAIL'}")
+    # The training path (train.py's draft_loss): the whole sequence's taps, every position's context
+    # keys, the anchor's window picked by a mask. It must give the single-sequence draft's values.
+    P, c = 28, m.c
+    with torch.no_grad():
+        x = torch.tensor(tokens)[None]
+        ids, ref_logits, ref_conf = m.draft(x[0, : P + 1], int(tokens[P + 1]))
+        _, taps, _ = m(x, taps=True)
+        ctx = m.context_keys(taps)
+        j = torch.arange(x.shape[1])[None]
+        vis = (j <= P) & (j > P - c.W)
+        block = torch.tensor([[int(tokens[P + 1])] + [c.noise] * (c.block - 1)])
+        xs, base = m.draft_block(ctx, vis, block, torch.arange(P + 1, P + 1 + c.block)[None])
+        lg, conf = m.draft_heads(xs, base, ids[None, :-1])
+    e = float((lg[0] - ref_logits).abs().max() / ref_logits.abs().max())
+    ec = float((conf[0] - ref_conf).abs().max() / ref_conf.abs().max())
+    ok = e <= 1e-5 and ec <= 1e-5
+    fails += not ok
+    print(f"dspark training path (masked context of the whole sequence) against the draft: logits rel err {e:.3g}, "
+          f"confidence {ec:.3g}: {'ok' if ok else 'FAIL'}")
     print(f"{fails} failed")
     return 1 if fails else 0
 
