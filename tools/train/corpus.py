@@ -53,6 +53,18 @@ def debian_version(pkg: str) -> str:
         return ""
 
 
+def debian_owners(paths: list[str]) -> dict[str, int]:
+    """Debian package (name=version) -> how many of `paths` it installed."""
+    owners: dict[str, int] = {}
+    for i in range(0, len(paths), 200):
+        out = subprocess.run(["dpkg", "-S"] + paths[i:i + 200], capture_output=True, text=True)
+        for line in out.stdout.splitlines():
+            pkg = line.split(":")[0]
+            key = f"{pkg}={debian_version(pkg)}"
+            owners[key] = owners.get(key, 0) + 1
+    return dict(sorted(owners.items()))
+
+
 def list_files(root: str, suffix: str, skip=()) -> list[str]:
     files = []
     for d, dirs, names in os.walk(root):
@@ -113,6 +125,7 @@ def main() -> int:
     for s in sources():
         stat = {k: {"files": 0, "bytes": 0} for k in ("train", "val")}
         used = 0
+        taken = []
         for rel in list_files(s["root"], s["suffix"], s["skip"]):
             text = read_text(os.path.join(s["root"], rel))
             if text is None:
@@ -121,11 +134,15 @@ def main() -> int:
             if cap is not None and used + n > cap:
                 break
             used += n
+            taken.append(os.path.join(s["root"], rel))
             k = "val" if is_validation(s["name"], rel, a.val_permille) else "train"
             files[k].write(json.dumps({"source": s["name"], "path": rel, "text": text}, ensure_ascii=False) + "\n")
             stat[k]["files"] += 1
             stat[k]["bytes"] += n
-        manifest["sources"].append({k: s[k] for k in ("name", "package", "version", "license")} | stat)
+        entry = {k: s[k] for k in ("name", "package", "version", "license")} | stat
+        if s["package"].startswith("debian:"):
+            entry["installed_by"] = debian_owners(taken)  # every Debian package the files come from
+        manifest["sources"].append(entry)
         print(f"{s['name']}: {s['package']} {s['version']}: train {stat['train']}, val {stat['val']}")
     for f in files.values():
         f.close()
