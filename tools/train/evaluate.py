@@ -16,7 +16,8 @@ Measures (written to --out/summary.json and printed):
     a round accepts the drafts' longest prefix equal to the target's greedy tokens and moves
     past them and the anchor; per position i the share of rounds that accepted at least i drafts
   * a dump for the engine comparison (--out/dump, float32 CPU): nll_tokens.npy int64 [K, L]
-    (held-out windows), nll.npy float32 [K, L-1] (NLL of token t+1 given tokens 0..t),
+    (held-out windows), nll.npy float32 [K, L-1] (NLL of token t+1 given tokens 0..t, the
+    windows batched), nll_alone.npy (the same, each window alone: another summation order),
     greedy_prompts.npy int64 [P, prompt_len], greedy_tokens.npy int64 [P, gen] and
     greedy_margin.npy float32 [P, gen] (top-1 minus top-2 logit at each step: a near tie may
     resolve either way in another float32 summation order)
@@ -216,6 +217,11 @@ def main() -> int:
     d = os.path.join(a.out, "dump")
     np.save(os.path.join(d, "nll_tokens.npy"), dump_t.astype(np.int64))
     np.save(os.path.join(d, "nll.npy"), dump_n.astype(np.float32))
+    # The same windows one at a time: another float32 summation order (other GEMM blockings).
+    # Where the two differ, the model's answer depends on rounding (a quantiser boundary or an
+    # indexer near-tie), and no implementation can be held to it.
+    alone = [nll_windows(mc, [w], "cpu", 1)[0] for w in dump_t]
+    np.save(os.path.join(d, "nll_alone.npy"), np.stack(alone).astype(np.float32) if alone else dump_n)
     gp, gt, gm = [], [], []
     for p in prompts[:4]:
         g, mg = greedy(mc, p, min(a.gen, 32), "cpu")
