@@ -215,7 +215,7 @@ def train_draft(model, cfg, a, data, logd):
 
     def step(s: int, total: int) -> float:
         for g in opt.param_groups:
-            g["lr"] = lr_at(s, total, a.draft_lr, min(a.warmup, max(1, total // 10)))
+            g["lr"] = lr_at(s, total, a.draft_lr, a.draft_warmup)
         x = data.next()
         with autocast(a.device, a.amp):
             loss, parts = draft_loss(model, x, a.anchors, gen, a.device)
@@ -229,8 +229,7 @@ def train_draft(model, cfg, a, data, logd):
         hist.append(parts)
         return float(loss.detach())
 
-    total, losses = plan_steps(a.draft_steps, a.draft_minutes, lambda s, t: step(s, t if t < 10**9 else 10**4),
-                               "dspark")
+    total, losses = plan_steps(a.draft_steps, a.draft_minutes, step, "dspark")
     for s in range(len(losses), total):
         losses.append(step(s, total))
         if (s + 1) % a.log_every == 0 or s + 1 == total:
@@ -258,6 +257,7 @@ def main() -> int:
     ap.add_argument("--draft-lr", type=float, default=2e-3)
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--draft-warmup", type=int, default=50)
     ap.add_argument("--minutes", type=float, default=8.0)
     ap.add_argument("--draft-minutes", type=float, default=2.0)
     ap.add_argument("--steps", type=int, default=0)
@@ -274,6 +274,10 @@ def main() -> int:
     ap.add_argument("--skip-backbone", action="store_true")
     a = ap.parse_args()
     a.amp = a.amp or ("bf16" if a.device.startswith("cuda") else "none")
+    # The 20 timed steps must lie in the warm-up, whose rate does not depend on the total: then a
+    # run with the chosen counts passed back as --steps/--draft-steps repeats it.
+    if (a.steps <= 0 and a.warmup < 20) or (a.draft_steps <= 0 and a.draft_warmup < 20):
+        raise SystemExit("--warmup and --draft-warmup must be at least 20 when the step counts come from the time budget")
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(a.seed)
     np.random.seed(a.seed)
