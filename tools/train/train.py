@@ -67,6 +67,8 @@ class Batches:
 
 def held_out(ids: np.ndarray, seq: int, n: int) -> torch.Tensor:
     """n evenly spaced windows of the validation stream (fixed: the same every evaluation)."""
+    if len(ids) < seq + 2:
+        raise SystemExit(f"the held-out stream has {len(ids)} tokens, fewer than --seq {seq} + 2")
     n = max(1, min(n, (len(ids) - 1) // (seq + 1)))
     starts = np.linspace(0, len(ids) - seq - 2, n).astype(np.int64)
     return torch.from_numpy(np.stack([ids[s:s + seq + 1] for s in starts]).astype(np.int64))

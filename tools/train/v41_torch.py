@@ -129,6 +129,12 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inverse: bool = 
     return torch.cat([nope, rot], dim=-1)
 
 
+def fp32(x: torch.Tensor):
+    """A region computed in float32 even under autocast (the reference's fp32 parts: routers,
+    mHC mixes, indexer scores)."""
+    return torch.autocast(device_type=x.device.type, enabled=False)
+
+
 def top_stable(v: torch.Tensor, k: int):
     """The k largest values of the last axis and their indices, equal values in index order
     (the engine's and tools/v41_reference.py's rule; torch.topk leaves ties unspecified)."""
@@ -178,7 +184,8 @@ class MoE(nn.Module):
         c = self.c
         shape = x.shape
         x = x.reshape(-1, shape[-1])
-        s = torch.sqrt(F.softplus(x @ self.gate.weight.T / c.gate_temp))
+        with fp32(x):
+            s = torch.sqrt(F.softplus(x.float() @ self.gate.weight.T / c.gate_temp))
         idx = top_stable(s + self.gate.bias, self.K)[1]
         w = s.gather(1, idx)
         if c.norm_topk and self.K > 1:
@@ -332,6 +339,10 @@ class V41(nn.Module):
 
     # --- mHC
     def mixes(self, X, fn, base, scale):
+        with fp32(X):
+            return self._mixes(X.float(), fn, base, scale)
+
+    def _mixes(self, X, fn, base, scale):
         c = self.c
         hc = c.hc
         f = X.flatten(-2)
@@ -348,11 +359,13 @@ class V41(nn.Module):
 
     @staticmethod
     def collapse(X, pre):
-        return torch.einsum("...k,...kd->...d", pre, X)
+        with fp32(X):
+            return torch.einsum("...k,...kd->...d", pre.float(), X.float())
 
     @staticmethod
     def expand(y, R_, post, C):
-        return post[..., None] * y[..., None, :] + torch.einsum("...jk,...jd->...kd", C, R_)
+        with fp32(y):
+            return post[..., None] * y.float()[..., None, :] + torch.einsum("...jk,...jd->...kd", C.float(), R_.float())
 
     def block(self, blk: Block, X, pre_in, attention):
         c = self.c
@@ -461,9 +474,10 @@ class V41(nn.Module):
         cos, sin = shared["cs_comp"]
         qi = (qr @ I.wq_b.weight.T).unflatten(-1, (c.n_idx, c.d_idx))
         qi = fq4_pow2(rope(qi, cos[..., None, :], sin[..., None, :]), 32)
-        s = torch.relu(torch.einsum("bshd,btd->bsht", qi, k)) * (1.0 / math.sqrt(c.d_idx))
-        w = (xn @ I.weights_proj.weight.T) * (1.0 / math.sqrt(c.n_idx))
-        score = torch.einsum("bsht,bsh->bst", s, w)
+        with fp32(qi):
+            s = torch.relu(torch.einsum("bshd,btd->bsht", qi.float(), k.float())) * (1.0 / math.sqrt(c.d_idx))
+            w = (xn.float() @ I.weights_proj.weight.T) * (1.0 / math.sqrt(c.n_idx))
+            score = torch.einsum("bsht,bsh->bst", s, w)
         T = k.shape[1]
         pos = shared["pos"]
         lens = ((pos + 1) // r)[:, None]  # [S, 1]
