@@ -146,6 +146,7 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--max-windows", type=int, default=0, help="evenly spaced subset of the held-out windows (0: all)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--gen", type=int, default=48)
@@ -162,6 +163,8 @@ def main() -> int:
     vids = np.load(os.path.join(a.tok, "val_ids.npy"))
     voff = np.load(os.path.join(a.tok, "val_offsets.npy"))
     wins = windows(vids, voff, a.seq)
+    if 0 < a.max_windows < len(wins):
+        wins = [wins[i] for i in np.linspace(0, len(wins) - 1, a.max_windows).astype(int)]
     nll = nll_windows(m, wins, a.device, a.batch)
     n_tok = sum(len(x) for x in nll)
     model_nll = float(sum(x.sum() for x in nll) / n_tok)
