@@ -114,8 +114,38 @@ def main() -> int:
     fails += not ok
     print(f"dspark training path (masked context of the whole sequence) against the draft: logits rel err {e:.3g}, "
           f"confidence {ec:.3g}: {'ok' if ok else 'FAIL'}")
+    fails += check_gradients(m, tokens)
     print(f"{fails} failed")
     return 1 if fails else 0
+
+
+def check_gradients(m, tokens) -> int:
+    """Every parameter the training phases update gets a nonzero gradient from train.py's losses
+    (the straight-through quantisers let it reach the compressors and the indexer keys)."""
+    sys.path.insert(0, HERE)
+    import train  # noqa: E402
+    x = torch.tensor(np.stack([tokens, tokens[::-1].copy()]))
+    m.train()
+    lg, _, aux = m(x[:, :-1], train_indexer=True)
+    loss = torch.nn.functional.cross_entropy(lg.flatten(0, 1), x[:, 1:].flatten()) + sum(aux)
+    m.zero_grad()
+    loss.backward()
+    backbone = [(n, p) for n, p in m.named_parameters() if not n.startswith("mtp.")]
+    # routed experts no token chose get none, legitimately
+    dead = [n for n, p in backbone if (p.grad is None or not p.grad.abs().sum() > 0) and ".ffn.experts." not in n]
+    for n, p in m.named_parameters():
+        p.requires_grad_(n.startswith("mtp."))
+    m.zero_grad()
+    loss2, _ = train.draft_loss(m, x, 4, np.random.default_rng(0), "cpu")
+    loss2.backward()
+    dead += [n for n, p in m.named_parameters() if n.startswith("mtp.") and ".ffn.experts." not in n and
+             (p.grad is None or not p.grad.abs().sum() > 0)]
+    for p in m.parameters():
+        p.requires_grad_(True)
+    m.eval()
+    print(f"gradients: {len(aux)} indexer KL terms; parameters without a gradient: {dead if dead else 'none'}: "
+          f"{'ok' if not dead else 'FAIL'}")
+    return 1 if dead else 0
 
 
 if __name__ == "__main__":
