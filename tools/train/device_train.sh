@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The demonstration model's training run on the GPU machine: one call of about 9 minutes.
-# Trains the backbone (MINUTES, default 5.5) and then the DSpark stages (DRAFT_MINUTES, default
+# The demonstration model's training run on the GPU machine: one call of about 8.5 minutes.
+# Trains the backbone (MINUTES, default 5) and then the DSpark stages (DRAFT_MINUTES, default
 # 1.5) with tools/train/train.py, exports the release checkpoint with tools/train/export.py and
 # evaluates it on the GPU with tools/train/evaluate.py. What comes back under $OUT:
 #   model/          the checkpoint directory (model.safetensors in the release formats, config.json,
@@ -28,7 +28,7 @@ done
 } > "$OUT/device.txt" 2>&1
 t0=$(date +%s)
 python3 tools/train/train.py --tok "$TOK" --config "$CONFIG" --out "$RUN" --device cuda \
-  --minutes "${MINUTES:-5.5}" --draft-minutes "${DRAFT_MINUTES:-1.5}" "$@" 2>&1 | tee "$OUT/train.log"
+  --minutes "${MINUTES:-5}" --draft-minutes "${DRAFT_MINUTES:-1.5}" "$@" 2>&1 | tee "$OUT/train.log"
 cp "$RUN/train_log.json" "$OUT/"
 python3 tools/train/export.py --ckpt "$RUN/model.pt" --tok "$TOK" --out "$OUT/model" 2>&1 | tee -a "$OUT/train.log"
 python3 tools/train/evaluate.py --model "$OUT/model" --tok "$TOK" --out "$OUT/eval" --device cuda --skip-dump \

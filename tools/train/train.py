@@ -18,9 +18,10 @@ positions P+1..P+5 with the context ring of positions P-W+1..P, loss (system spe
 with the Markov bias fed the true previous tokens (teacher forcing).
 
 Steps: --steps / --draft-steps fix the step counts (what makes a run reproducible); without them
-the first 20 steps are timed and the count is chosen to fill --minutes / --draft-minutes, and the
-count used is written to the output's train_log.json, so passing it back reproduces the run on
-the same hardware and versions (up to the GPU's nondeterministic reductions).
+the first 20 steps are timed and the count is chosen to fill --minutes / --draft-minutes (a
+phase that runs 10 % over its budget stops early), and the count used is written to the output's
+train_log.json, so passing it back reproduces the run on the same hardware and versions (up to
+the GPU's nondeterministic reductions; a phase stopped early is not reproduced that way).
 
 Outputs in --out: model.pt (float32 state dict by release name, the config, step counts),
 written after each phase and every --save-minutes; train_log.json (losses, held-out loss, steps).
@@ -152,10 +153,15 @@ def train_backbone(model, cfg, a, data, val, logd):
                 m.gate.bias += a.bias_step * torch.sign(m.load.mean() - m.load)
         return float(loss.detach())
 
+    t0 = time.time()
     total, losses = plan_steps(a.steps, a.minutes, lambda s, t: step(s, t), "backbone")
     state["total"] = total
-    t0, last_save = time.time(), time.time()
+    last_save = time.time()
     for s in range(len(losses), total):
+        if a.steps <= 0 and time.time() - t0 > a.minutes * 60 * 1.1:
+            log(f"backbone: over the time budget by 10 % at step {s}: stopping (the log records the steps run)")
+            total = s
+            break
         losses.append(step(s, total))
         if (s + 1) % a.log_every == 0 or s + 1 == total:
             log(f"backbone step {s + 1}/{total}: loss {np.mean(losses[-a.log_every:]):.4f}")
@@ -231,8 +237,13 @@ def train_draft(model, cfg, a, data, logd):
         hist.append(parts)
         return float(loss.detach())
 
+    t0 = time.time()
     total, losses = plan_steps(a.draft_steps, a.draft_minutes, step, "dspark")
     for s in range(len(losses), total):
+        if a.draft_steps <= 0 and time.time() - t0 > a.draft_minutes * 60 * 1.1:
+            log(f"dspark: over the time budget by 10 % at step {s}: stopping")
+            total = s
+            break
         losses.append(step(s, total))
         if (s + 1) % a.log_every == 0 or s + 1 == total:
             h = hist[-a.log_every:]
