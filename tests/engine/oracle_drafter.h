@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "runner/batch_runner.h"
 #include "sample/rng.h"
+#include "sample/sampler.h"
 #include "spec/drafter.h"
 
 namespace deepinfer::testing_util {
@@ -125,6 +126,41 @@ struct EngineRig {
   engine::LoadedModel lm;
   std::unique_ptr<runner::BatchRunner> batches;
 };
+
+// The exact joint distribution of `tokens` sampled tokens after `prompt` under `p`: cell
+// t_0 t_1 ... (base-V digits, the first token most significant) has the product of each
+// prefix's probability of its next token (every prefix run alone through the sampler's
+// distribution). For chi-square tests of speculative sampling on models of a tiny vocabulary V.
+inline std::vector<double> exact_joint_distribution(EngineRig& rig, const std::vector<int32_t>& prompt, const SamplingParams& p,
+                                                    int64_t tokens) {
+  const int64_t V = rig.vocab();
+  size_t cells = 1;
+  for (int64_t i = 0; i < tokens; ++i) cells *= static_cast<size_t>(V);
+  sample::Sampler sampler;
+  std::vector<double> expected(cells, 0.0);
+  for (size_t cell = 0; cell < cells; ++cell) {
+    std::vector<int64_t> toks(prompt.begin(), prompt.end());
+    double pr = 1;
+    size_t rest = cell, div = cells;
+    for (int64_t i = 0; i < tokens; ++i) {
+      div /= static_cast<size_t>(V);
+      const auto t = static_cast<int64_t>(rest / div);
+      rest %= div;
+      auto st = rig.lm.model->new_state();
+      std::vector<float> logits(static_cast<size_t>(V));
+      rig.batches->forward(toks.data(), static_cast<int64_t>(toks.size()), st, logits.data(), true);
+      sample::SampleRequest r;
+      r.logits = logits;
+      r.params = &p;
+      std::vector<double> d(static_cast<size_t>(V));
+      sampler.distribution(r, d);
+      pr *= d[static_cast<size_t>(t)];
+      toks.push_back(t);
+    }
+    expected[cell] = pr;
+  }
+  return expected;
+}
 
 // Each request's completions' output tokens.
 inline std::vector<std::vector<std::vector<int32_t>>> outputs_of(const std::vector<RequestOutput>& outs) {

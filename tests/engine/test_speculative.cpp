@@ -326,26 +326,7 @@ TEST(Speculative, ProbabilisticDraftsKeepTheTargetsDistribution) {
   p.max_tokens = kTokens;
   p.ignore_eos = true;
   // The exact joint distribution: every prefix's logits through the sampler's distribution.
-  sample::Sampler sampler;
-  std::vector<double> expected(256, 0.0);
-  for (size_t cell = 0; cell < expected.size(); ++cell) {
-    std::vector<int64_t> toks(prompt.begin(), prompt.end());
-    double pr = 1;
-    for (int64_t i = 0; i < kTokens; ++i) {
-      const int64_t t = static_cast<int64_t>(cell >> (2 * (kTokens - 1 - i))) & 3;
-      auto st = rig.lm.model->new_state();
-      std::vector<float> logits(static_cast<size_t>(V));
-      rig.batches->forward(toks.data(), static_cast<int64_t>(toks.size()), st, logits.data(), true);
-      sample::SampleRequest r;
-      r.logits = logits;
-      r.params = &p;
-      std::vector<double> d(static_cast<size_t>(V));
-      sampler.distribution(r, d);
-      pr *= d[static_cast<size_t>(t)];
-      toks.push_back(t);
-    }
-    expected[cell] = pr;
-  }
+  const std::vector<double> expected = exact_joint_distribution(rig, prompt, p, kTokens);
   std::vector<engine::EngineRequest> reqs;
   for (int64_t i = 0; i < kRuns; ++i) {
     SamplingParams q = p;
