@@ -19,6 +19,7 @@
 #include "core/npy.h"
 #include "engine/oracle_drafter.h"
 #include "engine/random_model.h"
+#include "model/devices.h"
 #include "model/dspark_fixture.h"
 #include "model/info.h"
 #include "sample/chi_square.h"
@@ -264,6 +265,31 @@ TEST(DsparkEngine, RandomModelMixedBatchesEqualPlainDecoding) {
   expect_same(ref, rig.run(reqs, with_drafter(tight, d, 5, false), &t), "memory budget");
   EXPECT_GT(t.preemptions, 0);
 }
+
+// On every backend (the GPU's included): a mixed batch with DSpark's greedy drafts (adaptive
+// verification on the measured curve) equals plain decoding on that backend, and probabilistic
+// drafts give a seeded request the same tokens twice (adaptive off).
+class DsparkOnDevice : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DsparkOnDevice, GreedyDraftsEqualPlainDecoding) {
+  const std::string dir = dspark_random_dir();
+  EngineRig plain(dir, engine::LoadFormat::kRandom, 1, GetParam()), rig(dir, engine::LoadFormat::kRandom, 1, GetParam(), with_dspark());
+  const auto reqs = mixed_batch(8, 100, rig.vocab());
+  engine::EngineOptions o = rig.options();
+  o.sched.max_num_batched_tokens = 64;
+  const auto ref = plain.run(reqs, o);
+  engine::StepTimes t;
+  auto d = std::make_shared<spec::DsparkDrafter>(*rig.lm.model, spec::DraftSampling::kGreedy);
+  expect_same(ref, rig.run(reqs, with_drafter(o, d, 5, true), &t), GetParam());
+  EXPECT_GT(t.spec_rounds, 0);
+  EXPECT_GT(t.spec_drafted, 0);
+  auto q = std::make_shared<spec::DsparkDrafter>(*rig.lm.model, spec::DraftSampling::kProbabilistic);
+  const auto a = rig.run(reqs, with_drafter(o, q, 3, false)), b = rig.run(reqs, with_drafter(o, q, 3, false));
+  expect_same(a, b, GetParam() + ", probabilistic drafts twice");
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, DsparkOnDevice, ::testing::ValuesIn(deepinfer::testing::devices()),
+                         deepinfer::testing::device_name);
 
 // Probabilistic drafts: a seeded request's output is the same in any batch (where the token
 // budget leaves every draft whole: the verified length decides which uniforms are read); greedy
