@@ -258,7 +258,7 @@ TEST(DsparkEngine, RandomModelMixedBatchesEqualPlainDecoding) {
     }
   }
   engine::EngineOptions tight = rig.options();
-  tight.memory_budget_bytes = 4 * model::sequence_state_bytes(rig.lm.model->config(), 170, true);
+  tight.memory_budget_bytes = (kSanitized ? 2 : 4) * model::sequence_state_bytes(rig.lm.model->config(), 170, true);
   engine::StepTimes t;
   const auto ref = plain.run(reqs, tight);
   auto d = std::make_shared<spec::DsparkDrafter>(*rig.lm.model, spec::DraftSampling::kGreedy);
