@@ -104,6 +104,7 @@ struct EngineStats {
   // k = 0..K); time drafting (the drafter and the choice) and in the steps that verified drafts.
   int64_t spec_rounds = 0, spec_drafted = 0, spec_accepted = 0;
   std::vector<int64_t> spec_accepted_hist, spec_chosen_hist;
+  int64_t spec_skipped_steps = 0;  // adaptive: steps that drafted nothing, the recent rounds not paying for one
   double spec_draft_s = 0, spec_verify_s = 0;
   // Tokens a verification round emits on average: kept drafts + the target's one (0 without rounds).
   double mean_acceptance_length() const {

@@ -76,6 +76,7 @@ struct LLM::Impl {
     stats.spec_accepted = t.spec_accepted;
     stats.spec_accepted_hist = t.spec_accepted_hist;
     stats.spec_chosen_hist = t.spec_chosen_hist;
+    stats.spec_skipped_steps = t.spec_skipped_steps;
     stats.spec_draft_s = t.draft_s;
     stats.spec_verify_s = t.verify_s;
     return outs;

@@ -321,14 +321,16 @@ int cmd_run_batch(const std::vector<std::string>& args) {
                         {"mean_acceptance_length", st.mean_acceptance_length()},
                         {"accepted_hist", st.spec_accepted_hist},
                         {"chosen_k_hist", st.spec_chosen_hist},
+                        {"skipped_steps", st.spec_skipped_steps},
                         {"time_draft_s", st.spec_draft_s},
                         {"time_verify_s", st.spec_verify_s}};
     std::fprintf(stderr,
                  "run-batch: speculative %s: %lld rounds, %lld of %lld drafts accepted, mean acceptance length %.2f; "
-                 "accepted per round (0..K) [%s]; chosen k (0..K) [%s]; drafting %.2f s, verifying steps %.2f s\n",
+                 "accepted per round (0..K) [%s]; chosen k (0..K) [%s]; %lld steps without a draft round; drafting %.2f s, "
+                 "verifying steps %.2f s\n",
                  ec.speculative.method.c_str(), static_cast<long long>(st.spec_rounds), static_cast<long long>(st.spec_accepted),
                  static_cast<long long>(st.spec_drafted), st.mean_acceptance_length(), hist(st.spec_accepted_hist).c_str(),
-                 hist(st.spec_chosen_hist).c_str(), st.spec_draft_s, st.spec_verify_s);
+                 hist(st.spec_chosen_hist).c_str(), static_cast<long long>(st.spec_skipped_steps), st.spec_draft_s, st.spec_verify_s);
   }
   counts_line("", c);
   if (metrics_file.is_open()) {

@@ -225,8 +225,10 @@ std::vector<RequestOutput> Engine::run(std::vector<EngineRequest> requests,
 
 bool Engine::step(RunState& rs, runner::ModelRunner& runner) {
   auto t0 = Clock::now();
-  propose_drafts(rs);
-  times_.draft_s += since(t0);
+  const int64_t drafting = propose_drafts(rs);
+  const double draft_s = since(t0);
+  times_.draft_s += draft_s;
+  const int64_t drafted0 = times_.spec_drafted, accepted0 = times_.spec_accepted;
 
   t0 = Clock::now();
   sched::StepPlan plan = rs.scheduler.schedule();
@@ -261,12 +263,14 @@ bool Engine::step(RunState& rs, runner::ModelRunner& runner) {
   times_.commit_s += since(t0);
   if (std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const sched::ScheduledChunk& c) { return c.n_draft > 0; }))
     times_.verify_s += since(t_run);
+  if (drafting > 0 && step_cost_ && opts_.speculative.skip_unpaid_rounds)
+    gate_.record(drafting, draft_s, times_.spec_drafted - drafted0, times_.spec_accepted - accepted0);
   return true;
 }
 
-void Engine::propose_drafts(RunState& rs) {
+int64_t Engine::propose_drafts(RunState& rs) {
   const SpeculativeOptions& sp = opts_.speculative;
-  if (!sp.drafter) return;
+  if (!sp.drafter) return 0;
   const int64_t V = model_.config().vocab_size;
   std::vector<spec::DraftQuery> queries;
   int64_t decoding = 0;  // sequences whose next chunk is a decode (one row each)
@@ -285,7 +289,13 @@ void Engine::propose_drafts(RunState& rs) {
                        .state = &rs.cache.acquire(s->id)});
     rs.drafted.push_back(s);
   }
-  if (queries.empty()) return;
+  if (queries.empty()) return 0;
+  // Adaptive: no draft round where the recent rounds' kept tokens do not pay for one.
+  if (step_cost_ && sp.skip_unpaid_rounds && !gate_.draft(static_cast<int64_t>(queries.size()), decoding, *step_cost_)) {
+    ++times_.spec_skipped_steps;
+    rs.drafted.clear();
+    return 0;
+  }
   std::vector<spec::Draft> drafts(queries.size());
   sp.drafter->propose(queries, drafts);
   for (size_t i = 0; i < queries.size(); ++i) {
@@ -298,6 +308,7 @@ void Engine::propose_drafts(RunState& rs) {
   }
   // Adaptive verification: each draft with confidences cut to the length the schedule chooses
   // (those without are verified whole).
+  int64_t confident = 0;
   if (step_cost_) {
     std::vector<size_t> with;
     std::vector<std::vector<float>> conf;
@@ -306,6 +317,7 @@ void Engine::propose_drafts(RunState& rs) {
         with.push_back(i);
         conf.push_back(drafts[i].confidence);
       }
+    confident = static_cast<int64_t>(with.size());
     const std::vector<int64_t> k = spec::verify_lengths(conf, decoding, decoding, *step_cost_);
     for (size_t w = 0; w < with.size(); ++w) {
       spec::Draft& d = drafts[with[w]];
@@ -322,6 +334,7 @@ void Engine::propose_drafts(RunState& rs) {
     s.draft = std::move(d.tokens);
     rs.live[s.request]->comps[static_cast<size_t>(s.completion)]->draft_probs = std::move(d.probs);
   }
+  return confident;
 }
 
 // A row the backend can draw: nothing changes its logits before the sampler's draw (no

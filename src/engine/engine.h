@@ -64,6 +64,9 @@ struct SpeculativeOptions {
   // prefix of its draft that spec::verify_lengths chooses from the drafter's confidences and the
   // step-time curve (drafts without confidences are verified whole). false: every draft whole.
   bool adaptive = true;
+  // Adaptive: a step drafts nothing when the recent rounds' kept tokens do not pay for a draft
+  // round (spec::DraftGate; learnt from drafts with confidences only). false: every step drafts.
+  bool skip_unpaid_rounds = true;
   // The step-time curve; null: one measured online (spec::MeasuredStepCost) for this engine.
   // The engine records every step's rows and time (forward and sampling) into it.
   std::shared_ptr<spec::StepCost> step_cost = nullptr;
@@ -112,6 +115,7 @@ struct StepTimes {
   // steps that verified a draft (their forward, sampling and commit: draft_s is the drafter's).
   int64_t spec_rounds = 0, spec_drafted = 0, spec_accepted = 0;
   std::vector<int64_t> spec_accepted_hist, spec_chosen_hist;
+  int64_t spec_skipped_steps = 0;  // steps with decoding sequences whose draft round the gate skipped
   double verify_s = 0;
   double wall_s = 0;
 };
@@ -148,8 +152,10 @@ class Engine {
   // One step: draft -> schedule -> run -> sample -> commit. False when the scheduler had nothing
   // to run.
   bool step(RunState& rs, runner::ModelRunner& runner);
-  // Speculative decoding: a draft for every running sequence whose next chunk is a decode.
-  void propose_drafts(RunState& rs);
+  // Speculative decoding: a draft for every running sequence whose next chunk is a decode
+  // (adaptive: unless the gate skips this step's round). Returns the sequences whose drafts had
+  // confidences (adaptive only: what the gate learns from).
+  int64_t propose_drafts(RunState& rs);
   // How the backend draws the token after s's row j (0: its last token, j: its j-th draft), or
   // nullopt for the row's logits (sampled on the host).
   std::optional<kernels::DrawParams> backend_draw(const RunState& rs, const sched::Sequence& s, int64_t j) const;
@@ -171,6 +177,7 @@ class Engine {
   sample::Sampler sampler_;
   std::unique_ptr<core::ThreadPool> pool_;
   StepTimes times_;
+  spec::DraftGate gate_;  // adaptive verification: whether a step drafts at all
   std::vector<int32_t> eos_ids_;
   std::optional<std::string> nonfinite_weight_;  // find_nonfinite_weight's answer, once asked
   std::shared_ptr<grammar::GrammarCache> grammars_;  // created on the first structured request

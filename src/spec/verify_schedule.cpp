@@ -89,4 +89,31 @@ std::vector<int64_t> verify_lengths(std::span<const std::vector<float>> confiden
   return k;
 }
 
+bool DraftGate::draft(int64_t n, int64_t decoding, const StepCost& cost) {
+  if (!seen_ || n <= 0 || decoding <= 0) return true;
+  const double d = static_cast<double>(decoding), nd = static_cast<double>(n);
+  const double rows = d + verified_ * nd;
+  const double with = (d + accepted_ * nd) / (seconds_ * nd + cost.seconds(static_cast<int64_t>(std::ceil(rows))));
+  const double without = d / cost.seconds(decoding);
+  if (with >= without || ++skipped_ >= kProbeEvery) {
+    skipped_ = 0;
+    return true;
+  }
+  return false;
+}
+
+void DraftGate::record(int64_t n, double seconds, int64_t verified, int64_t accepted) {
+  if (n <= 0 || !(seconds >= 0) || !std::isfinite(seconds)) return;
+  const double nd = static_cast<double>(n), a = static_cast<double>(accepted) / nd, r = static_cast<double>(verified) / nd,
+               s = seconds / nd;
+  if (!seen_) {
+    accepted_ = a, verified_ = r, seconds_ = s;
+    seen_ = true;
+    return;
+  }
+  accepted_ += alpha_ * (a - accepted_);
+  verified_ += alpha_ * (r - verified_);
+  seconds_ += alpha_ * (s - seconds_);
+}
+
 }  // namespace deepinfer::spec

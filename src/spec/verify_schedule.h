@@ -13,8 +13,9 @@
 // StepCost is the curve: MeasuredStepCost learns it online from the engine's steps (an EWMA of
 // the step time per row-count bucket, interpolated, extrapolated by a line fitted to the
 // buckets); FixedStepCost is a given function (tests, or a profile).
-// Invariants: the choice depends only on the confidences, the row count and the curve; it
-// changes which drafts are verified, never how a row is sampled.
+// DraftGate decides before the draft round whether a step drafts at all (below).
+// Invariants: the choice depends only on the confidences, the row count and the curve (and the
+// gate on the recent rounds); it changes which drafts are verified, never how a row is sampled.
 // Threading: engine thread only.
 #pragma once
 
@@ -65,6 +66,31 @@ class MeasuredStepCost : public StepCost {
   };
   double alpha_;
   std::array<Bucket, kBuckets> buckets_{};
+};
+
+// Whether a step drafts at all. Drafting costs a draft round before any length is chosen, so
+// when the recent rounds' kept tokens cannot pay for it, a step does better without drafts: with
+// d decoding sequences of which n would draft, drafting is worth it while
+//   (d + A n) / (D n + T(d + R n)) >= d / T(d),
+// A, R and D the recent rounds' accepted tokens, verified draft rows and draft seconds per
+// drafting sequence (exponentially weighted, weight `alpha` for the newest round) and T the
+// step-time curve. Otherwise the step skips drafting, except every kProbeEvery-th skipped step,
+// which drafts again so that A, R and D follow the text (acceptance changes along a sequence).
+// Before any round is recorded every step drafts.
+class DraftGate {
+ public:
+  explicit DraftGate(double alpha = 0.2) : alpha_(alpha) {}
+  static constexpr int64_t kProbeEvery = 16;
+  bool draft(int64_t n, int64_t decoding, const StepCost& cost);
+  // A drafting step's round: n sequences drafted in `seconds`, `verified` of their tokens
+  // verified and `accepted` kept.
+  void record(int64_t n, double seconds, int64_t verified, int64_t accepted);
+
+ private:
+  double alpha_;
+  bool seen_ = false;
+  double accepted_ = 0, verified_ = 0, seconds_ = 0;  // per drafting sequence
+  int64_t skipped_ = 0;
 };
 
 // Each sequence's verification length: confidence[s] holds sequence s's per-token confidences

@@ -128,7 +128,11 @@ engine::EngineOptions with_drafter(engine::EngineOptions o, std::shared_ptr<spec
   o.speculative.drafter = std::move(d);
   o.speculative.num_speculative_tokens = k;
   o.speculative.adaptive = adaptive;
-  if (cost) o.speculative.step_cost = std::make_shared<spec::FixedStepCost>(std::move(cost));
+  // A given curve: the cut itself is under test, so every step drafts (no gate).
+  if (cost) {
+    o.speculative.step_cost = std::make_shared<spec::FixedStepCost>(std::move(cost));
+    o.speculative.skip_unpaid_rounds = false;
+  }
   return o;
 }
 

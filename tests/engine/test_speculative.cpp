@@ -416,7 +416,7 @@ TEST(Speculative, AdaptiveVerificationFollowsTheCostCurve) {
     auto oracle = std::make_shared<OracleDrafter>(outputs_of(want), rig.vocab());
     oracle->set_confidence([](size_t, int64_t, int64_t) { return 0.9f; });
     engine::EngineOptions o = base;
-    o.speculative = {.drafter = oracle, .num_speculative_tokens = 5, .adaptive = adaptive,
+    o.speculative = {.drafter = oracle, .num_speculative_tokens = 5, .adaptive = adaptive, .skip_unpaid_rounds = false,
                      .step_cost = curve ? std::make_shared<spec::FixedStepCost>(curve) : nullptr};
     engine::StepTimes t;
     expect_same(want, rig.run(rq, o, &t), what);
@@ -448,6 +448,44 @@ TEST(Speculative, AdaptiveVerificationFollowsTheCostCurve) {
   EXPECT_EQ(alone.spec_chosen_hist, alone_off.spec_chosen_hist);
   EXPECT_LT(mean_k(batch), mean_k(alone) - 1.0);
   EXPECT_GT(mean_k(batch), 0.0);
+}
+
+// The gate of adaptive verification: an oracle whose drafts are always wrong (and confident)
+// stops drafting after its first rounds but for a probe every DraftGate::kProbeEvery steps; one
+// always right keeps drafting every step; the outputs equal plain decoding's either way.
+TEST(Speculative, UnpaidDraftRoundsAreSkipped) {
+  EngineRig rig(testing_util::random_model_dir(), engine::LoadFormat::kRandom, 4);
+  std::vector<engine::EngineRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 60;
+    p.ignore_eos = true;
+    reqs.push_back(request({static_cast<int32_t>(3 + i), 17, static_cast<int32_t>(50 + i)}, p, static_cast<size_t>(i)));
+  }
+  engine::EngineOptions base = rig.options();
+  const auto ref = rig.run(reqs, base);
+  auto run = [&](bool wrong) {
+    std::function<bool(size_t, int64_t, int64_t)> always;
+    if (wrong) always = [](size_t, int64_t, int64_t) { return true; };
+    auto oracle = std::make_shared<OracleDrafter>(outputs_of(ref), rig.vocab(), always);
+    oracle->set_confidence([](size_t, int64_t, int64_t) { return 0.9f; });
+    engine::EngineOptions o = base;
+    // A curve whose fixed cost makes whole drafts worth verifying: only the gate stops them.
+    o.speculative = {.drafter = oracle, .num_speculative_tokens = 3, .adaptive = true,
+                     .step_cost = std::make_shared<spec::FixedStepCost>([](int64_t r) { return 1.0 + 1e-3 * static_cast<double>(r); })};
+    engine::StepTimes t;
+    expect_same(ref, rig.run(reqs, o, &t), wrong ? "always wrong" : "always right");
+    return t;
+  };
+  const auto wrong = run(true);
+  EXPECT_GT(wrong.spec_skipped_steps, 0);
+  EXPECT_GT(wrong.spec_rounds, 0);
+  EXPECT_LT(wrong.spec_rounds, 4 * (60 / spec::DraftGate::kProbeEvery + 3));  // the first rounds and the probes
+  EXPECT_EQ(wrong.spec_accepted, 0);
+  const auto right = run(false);
+  EXPECT_EQ(right.spec_skipped_steps, 0);
+  EXPECT_EQ(right.spec_accepted, right.spec_drafted);
 }
 
 // The counters: an oracle that proposes the target's own continuation has every round keep all

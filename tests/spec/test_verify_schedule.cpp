@@ -152,3 +152,25 @@ TEST(MeasuredStepCost, LearnsTheCurveFromSteps) {
   f.record(4, -1.0);
   EXPECT_DOUBLE_EQ(f.seconds(33), 5.0 - 31.0 / 62.0);
 }
+
+// The gate: before any round every step drafts; rounds that keep nothing while their draft
+// round costs time stop the drafting but for one step in DraftGate::kProbeEvery; rounds whose
+// kept tokens pay for the round (and its verify rows) keep every step drafting.
+TEST(DraftGate, SkipsRoundsThatDoNotPayAndProbesAgain) {
+  const FixedStepCost cost([](int64_t rows) { return 1.0 + 0.1 * static_cast<double>(rows); });
+  spec::DraftGate unpaid;
+  EXPECT_TRUE(unpaid.draft(4, 4, cost));
+  unpaid.record(4, 0.4, 8, 0);  // 0.1 s a sequence's round, 2 rows verified, none kept
+  int drafted = 0;
+  for (int64_t s = 0; s < 4 * spec::DraftGate::kProbeEvery; ++s) drafted += unpaid.draft(4, 4, cost);
+  EXPECT_EQ(drafted, 4);  // the probes alone
+  spec::DraftGate paid;
+  paid.record(4, 0.04, 8, 6);  // 0.01 s a round, 1.5 tokens kept a sequence
+  for (int64_t s = 0; s < 2 * spec::DraftGate::kProbeEvery; ++s) EXPECT_TRUE(paid.draft(4, 4, cost)) << s;
+  // Paying at one sequence (the step's fixed cost shared by fewer rows) but not at 64, where a
+  // verify row costs nearly what the kept token gains and the round is 64 times dearer.
+  spec::DraftGate g;
+  g.record(1, 0.05, 2, 1);
+  EXPECT_TRUE(g.draft(1, 1, cost));
+  EXPECT_FALSE(g.draft(64, 64, cost));
+}
