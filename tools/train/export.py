@@ -75,7 +75,7 @@ def main() -> int:
         f.write(
             "# DeepInfer demonstration model (DeepSeek-V4.1 architecture, trained from scratch)\n\n"
             "A small model of the DeepSeek-V4.1 architecture trained by `tools/train/` on Python's standard\n"
-            "library sources, the Python 3.11 documentation and NumPy's Python sources (see\n"
+            "library sources, the Python 3.11 documentation and NumPy's and SymPy's Python sources (see\n"
             "`tools/train/CORPUS.md` for packages, versions and licences). It is a demonstration of the\n"
             "engine, not DeepSeek's weights: it continues Python code and documentation-like prose, and it\n"
             "knows nothing else.\n\n"
