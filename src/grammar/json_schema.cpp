@@ -73,6 +73,7 @@ struct PrePass : nlohmann::json_sax<ojson> {
 // Keywords an enum/const value is checked against (anything else beside enum/const is an error).
 const std::set<std::string> kValueChecks = {"type", "enum", "const", "minimum", "maximum", "exclusiveMinimum",
                                             "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems"};
+const ojson kFalse = false;
 const std::set<std::string> kTypes = {"object", "array", "string", "integer", "number", "boolean", "null"};
 
 using detail::at;
@@ -117,7 +118,7 @@ class Converter {
       return any_value();
     }
     if (!s.is_object()) throw Error(at(path) + "a schema must be an object or a boolean");
-    check_schema_keywords(s, path);
+    check_schema_keywords(s, path, o_.strict_keywords);
     if (s.contains("$ref")) {
       bool siblings = false;
       for (auto& [k, v] : s.items()) siblings = siblings || (k != "$ref" && is_constraint(k));
@@ -143,9 +144,11 @@ class Converter {
       std::vector<ojson> merged;
       for (size_t i = 0; i < branches.size(); ++i) {
         const std::string p = path + "/" + kw + "/" + std::to_string(i);
+        if (branches[i] == false) continue;  // matches nothing: never the branch that holds
         merged.push_back(has_base ? detail::merge_all_of(ojson::array({base, branches[i]}), p, resolver()) : branches[i]);
         alts.push_back(visit(merged.back(), p));
       }
+      if (alts.empty()) throw Error(at(path) + "every '" + kw + "' branch is the schema 'false'");
       if (std::string_view(kw) == "oneOf") detail::check_one_of_exclusive(merged, path + "/oneOf", resolver(), o_.strict);
       return g_.alt(alts);
     }
@@ -404,11 +407,13 @@ class Converter {
       const ojson& pre = draft7 ? *items : s["prefixItems"];
       const std::string pre_path = path + (draft7 ? "/items" : "/prefixItems");
       if (!pre.is_array()) throw Error(at(pre_path) + "must be an array");
-      for (size_t i = 0; i < pre.size(); ++i) prefix.push_back(visit(pre[i], pre_path + "/" + std::to_string(i)));
+      size_t i = 0;
+      for (; i < pre.size() && pre[i] != false; ++i) prefix.push_back(visit(pre[i], pre_path + "/" + std::to_string(i)));
       if (draft7) {
         items = s.contains("additionalItems") ? &s["additionalItems"] : nullptr;
         items_path = path + "/additionalItems";
       }
+      if (i < pre.size()) items = &kFalse;  // item i matches nothing: the array ends before it
     }
     int32_t min = count_of(s, "minItems", path, 0), max = count_of(s, "maxItems", path, kUnbounded);
     if (max != kUnbounded && static_cast<int32_t>(prefix.size()) > max) prefix.resize(static_cast<size_t>(max));
@@ -471,8 +476,12 @@ class Converter {
     std::vector<Prop> list;
     std::set<std::string> names;
     for (auto& [k, v] : props.items()) {
+      names.insert(k);  // a `false` property never appears, not even as an additional one
+      if (v == false) {
+        if (required.count(k)) throw Error(at(path + "/properties/" + k) + "required property '" + k + "' has the schema 'false'");
+        continue;
+      }
       list.push_back({k, visit(v, path + "/properties/" + k), required.count(k) > 0});
-      names.insert(k);
     }
     for (const auto& r : required) {
       if (names.count(r)) continue;

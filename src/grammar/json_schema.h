@@ -41,6 +41,9 @@ struct JsonSchemaOptions {
   bool any_whitespace = true;
   int max_whitespace = -1;  // with any_whitespace: longest run between tokens (-1: unbounded)
   bool strict = true;
+  // Reject keywords outside the JSON Schema vocabulary (x-*, OpenAPI's example, ...), which
+  // are otherwise ignored as the specification says.
+  bool strict_keywords = false;
 };
 
 // `schema_text`: the schema as JSON text (errors name the parse position).

@@ -28,10 +28,12 @@ int32_t json_value_rule(Grammar& g, const JsonLayout& l);
 using ojson = nlohmann::ordered_json;
 // "JSON schema at PATH: " (the prefix of every error).
 std::string at(const std::string& path);
-// Not an annotation (title, description, $defs, ...).
+// A JSON Schema keyword that can restrict a value (not an annotation such as title, $defs,
+// and not a keyword outside the vocabulary such as x-*, which are ignored).
 bool is_constraint(const std::string& keyword);
-// Throws for a keyword that is neither supported nor an annotation.
-void check_schema_keywords(const ojson& s, const std::string& path);
+// Throws for a vocabulary keyword the compiler does not enforce, and with `strict_keywords`
+// for any keyword outside the JSON Schema vocabulary.
+void check_schema_keywords(const ojson& s, const std::string& path, bool strict_keywords);
 // Resolves a "$ref" inside the document (errors name `path`).
 using RefResolver = std::function<const ojson&(const std::string& ref, const std::string& path)>;
 // allOf: the members (with $ref resolved one level, nested allOf flattened) as one schema:

@@ -9,13 +9,22 @@
 namespace deepinfer::grammar::detail {
 namespace {
 
+// Keywords of the JSON Schema vocabularies (draft-04 to 2020-12) that never restrict a value:
+// annotations, identifiers, definitions containers.
 const std::set<std::string> kAnnotations = {
-    "title", "description", "default", "examples", "example", "$schema", "$id", "$comment", "deprecated", "readOnly",
-    "writeOnly", "$anchor", "contentEncoding", "contentMediaType", "$defs", "definitions"};
+    "title", "description", "default", "examples", "$schema", "$id", "id", "$comment", "deprecated", "readOnly",
+    "writeOnly", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "contentEncoding", "contentMediaType",
+    "contentSchema", "$defs", "definitions"};
+// Assertions and applicators the compiler enforces.
 const std::set<std::string> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems",
     "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "uniqueItems"};
+// The rest of the vocabulary: assertions the compiler does not enforce (an error).
+const std::set<std::string> kUnsupported = {
+    "multipleOf", "divisibleBy", "patternProperties", "propertyNames", "minProperties", "maxProperties", "dependencies",
+    "dependentRequired", "dependentSchemas", "not", "if", "then", "else", "contains", "minContains", "maxContains",
+    "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "disallow", "extends"};
 
 ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
   ojson r = a;
@@ -43,7 +52,7 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
   };
   for (auto& [k, v] : b.items()) {
     if (!is_constraint(k)) continue;
-    check_schema_keywords(ojson{{k, v}}, path);
+    check_schema_keywords(ojson{{k, v}}, path, false);
     if (!r.contains(k)) {
       r[k] = v;
       continue;
@@ -129,12 +138,15 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
 
 std::string at(const std::string& path) { return "JSON schema at " + path + ": "; }
 
-bool is_constraint(const std::string& k) { return kAnnotations.count(k) == 0; }
+bool is_constraint(const std::string& k) { return kKeywords.count(k) > 0 || kUnsupported.count(k) > 0; }
 
-void check_schema_keywords(const ojson& s, const std::string& path) {
+void check_schema_keywords(const ojson& s, const std::string& path, bool strict_keywords) {
   for (auto& [k, v] : s.items()) {
     if (kAnnotations.count(k) || kKeywords.count(k)) continue;
-    throw Error(at(path) + "keyword '" + k + "' is not supported");
+    if (kUnsupported.count(k)) throw Error(at(path) + "keyword '" + k + "' is not supported");
+    if (strict_keywords) {
+      throw Error(at(path) + "keyword '" + k + "' is not JSON Schema vocabulary (rejected with strict_keywords)");
+    }
   }
   if (s.contains("uniqueItems") && !(s["uniqueItems"].is_boolean() && !s["uniqueItems"].get<bool>())) {
     throw Error(at(path) + "keyword 'uniqueItems' is not supported");

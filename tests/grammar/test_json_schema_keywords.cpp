@@ -1,0 +1,102 @@
+// JSON Schema compiler: the vocabulary (annotations and unknown keywords ignored, draft-04 to
+// 2020-12 spellings, the strict_keywords option), `true` / `false` subschemas, and the
+// keywords enforced beyond the core set, each with texts it must accept and reject.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "deepinfer/sampling_params.h"
+#include "grammar/grammar_cache.h"
+#include "grammar/json_schema.h"
+#include "grammar_test_util.h"
+
+using namespace deepinfer;
+using namespace deepinfer::grammar;
+using namespace deepinfer::grammar::testing;
+
+namespace {
+
+std::shared_ptr<const CompiledGrammar> compact(const std::string& text, JsonSchemaOptions o = {}) {
+  o.any_whitespace = false;
+  return CompiledGrammar::compile(json_schema_to_grammar(text, o), byte_vocab());
+}
+
+std::string error_of(const std::string& text, JsonSchemaOptions o = {}) {
+  try {
+    json_schema_to_grammar(text, o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(GrammarJsonSchemaKeywords, KeywordsOutsideTheVocabularyAreIgnored) {
+  const std::string s = R"({"type":"object","self":{"vendor":"com.x","name":"e","format":"jsonschema"},"x-kubernetes-preserve":true,
+      "links":[],"name":"thing","example":{"a":1},"_format":"uri","$comment":"c","title":"t","description":"d",
+      "properties":{"a":{"type":"integer","x-order":1,"readOnly":true,"deprecated":true,"default":3,"examples":[1]}},
+      "required":["a"]})";
+  auto g = compact(s);
+  EXPECT_TRUE(matches(g, R"({"a": 5})"));
+  EXPECT_FALSE(matches(g, R"({"a": "x"})"));
+  EXPECT_FALSE(matches(g, R"({})"));
+  JsonSchemaOptions strict;
+  strict.strict_keywords = true;
+  const std::string e = error_of(s, strict);
+  EXPECT_TRUE(has(e, "JSON schema at #: keyword '")) << e;
+  EXPECT_TRUE(has(e, "is not JSON Schema vocabulary")) << e;
+  EXPECT_TRUE(has(error_of(R"({"properties":{"a":{"x-y":1}}})", strict), "#/properties/a: keyword 'x-y'"));
+  // Annotations stay accepted in strict mode.
+  EXPECT_EQ(error_of(R"({"type":"string","title":"t","description":"d","default":"x","$comment":"c","examples":["y"]})", strict), "");
+  // Vocabulary keywords the compiler does not enforce are errors in both modes.
+  EXPECT_TRUE(has(error_of(R"({"type":"array","contains":{"type":"integer"}})"), "keyword 'contains' is not supported"));
+}
+
+TEST(GrammarJsonSchemaKeywords, StrictKeywordsReachTheCompilerFromStructuredOutput) {
+  StructuredOutput so;
+  so.kind = StructuredOutput::Kind::kJsonSchema;
+  so.source = R"({"type":"integer","x-unit":"s"})";
+  EXPECT_NO_THROW(grammar_of(so));
+  so.strict_keywords = true;
+  EXPECT_THROW(grammar_of(so), Error);
+  GrammarCache cache(byte_vocab());
+  EXPECT_NE(cache.get(so).error, "");
+  so.strict_keywords = false;
+  EXPECT_EQ(cache.get(so).error, "");  // cached apart from the strict entry
+}
+
+TEST(GrammarJsonSchemaKeywords, Draft4Spellings) {
+  auto g = compact(R"({"id":"http://example.com/s.json","$schema":"http://json-schema.org/draft-04/schema#",
+      "definitions":{"pos":{"type":"integer","minimum":0,"exclusiveMinimum":true}},
+      "type":"object","properties":{"n":{"$ref":"#/definitions/pos"},"t":{"type":"array","items":[{"type":"string"}],
+      "additionalItems":false}},"required":["n"]})");
+  EXPECT_TRUE(matches(g, R"({"n": 1})"));
+  EXPECT_FALSE(matches(g, R"({"n": 0})"));
+  EXPECT_TRUE(matches(g, R"({"n": 2, "t": ["a"]})"));
+  EXPECT_FALSE(matches(g, R"({"n": 2, "t": ["a", "b"]})"));
+}
+
+TEST(GrammarJsonSchemaKeywords, FalseAndTrueSubschemas) {
+  auto g = compact(R"({"type":"object","properties":{"a":{"type":"integer"},"b":false,"c":true},
+      "additionalProperties":{"type":"integer"}})");
+  EXPECT_TRUE(matches(g, R"({"a": 1})"));
+  EXPECT_TRUE(matches(g, R"({"a": 1, "c": [true, {}]})"));
+  EXPECT_FALSE(matches(g, R"({"a": 1, "b": 1})"));  // neither as a declared nor as an additional property
+  EXPECT_FALSE(matches(g, R"({"b": 1})"));
+  EXPECT_TRUE(matches(g, R"({"bb": 1})"));
+  EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"b":false},"required":["b"]})"),
+                  "#/properties/b: required property 'b' has the schema 'false'"));
+  auto t = compact(R"({"type":"array","prefixItems":[{"type":"integer"},false],"items":{"type":"string"}})");
+  EXPECT_TRUE(matches(t, "[1]"));
+  EXPECT_TRUE(matches(t, "[]"));
+  EXPECT_FALSE(matches(t, R"([1, "x"])"));
+  EXPECT_FALSE(matches(t, "[1, 2]"));
+  auto a = compact(R"({"anyOf":[false,{"type":"null"}]})");
+  EXPECT_TRUE(matches(a, "null"));
+  EXPECT_FALSE(matches(a, "1"));
+  EXPECT_TRUE(has(error_of(R"({"anyOf":[false,false]})"), "every 'anyOf' branch is the schema 'false'"));
+  auto any = compact("true");
+  EXPECT_TRUE(matches(any, R"({"x": [1, null]})"));
+}
