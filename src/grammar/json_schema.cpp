@@ -140,16 +140,27 @@ class Converter {
       ojson base = without(s, {kw});
       bool has_base = false;
       for (auto& [k, v] : base.items()) has_base = has_base || is_constraint(k);
-      std::vector<int32_t> alts;
       std::vector<ojson> merged;
+      std::vector<std::string> paths;
       for (size_t i = 0; i < branches.size(); ++i) {
         const std::string p = path + "/" + kw + "/" + std::to_string(i);
         if (branches[i] == false) continue;  // matches nothing: never the branch that holds
         merged.push_back(has_base ? detail::merge_all_of(ojson::array({base, branches[i]}), p, resolver()) : branches[i]);
-        alts.push_back(visit(merged.back(), p));
+        paths.push_back(p);
       }
-      if (alts.empty()) throw Error(at(path) + "every '" + kw + "' branch is the schema 'false'");
-      if (std::string_view(kw) == "oneOf") detail::check_one_of_exclusive(merged, path + "/oneOf", resolver(), o_.strict);
+      if (merged.empty()) throw Error(at(path) + "every '" + kw + "' branch is the schema 'false'");
+      if (std::string_view(kw) == "oneOf") {
+        std::string why = detail::one_of_overlap(merged, path + "/oneOf", resolver(), o_.strict);
+        if (!why.empty()) {
+          // Branches told apart by their required keys: each branch leaves out a key the
+          // others require, so no generated value is valid against two branches.
+          std::vector<ojson> restricted = detail::one_of_restricted(merged, path + "/oneOf", resolver());
+          if (!detail::one_of_overlap(restricted, path + "/oneOf", resolver(), o_.strict).empty()) throw Error(why);
+          merged = std::move(restricted);
+        }
+      }
+      std::vector<int32_t> alts;
+      for (size_t i = 0; i < merged.size(); ++i) alts.push_back(visit(merged[i], paths[i]));
       return g_.alt(alts);
     }
     std::vector<std::string> types = types_of(s, path);

@@ -40,10 +40,15 @@ using RefResolver = std::function<const ojson&(const std::string& ref, const std
 // types intersect, properties and required unite (a member's additionalProperties applies
 // to the other members' properties), bounds tighten, enums intersect, anyOf/oneOf distribute.
 ojson merge_all_of(const ojson& members, const std::string& path, const RefResolver& resolve);
-// oneOf is generated as anyOf: throws unless no value one branch generates can be valid
-// against another (types, const/enum values, object discriminators; see
-// json_schema_oneof.cpp). `strict`: a missing additionalProperties generates no extra keys.
-void check_one_of_exclusive(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve,
-                            bool strict);
+// oneOf is generated as anyOf: "" when no value one branch generates can be valid against
+// another (types, const/enum values, object discriminators, required keys another branch
+// forbids; see json_schema_oneof.cpp), else the error naming two overlapping branches.
+// `strict`: a missing additionalProperties generates no extra keys.
+std::string one_of_overlap(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve,
+                           bool strict);
+// The branches ($ref and allOf merged) restricted so that each never writes one key that
+// each other branch requires and it does not: `"properties": {key: false}`. Every value a
+// restricted branch generates is valid against the original branch.
+std::vector<ojson> one_of_restricted(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve);
 
 }  // namespace deepinfer::grammar::detail

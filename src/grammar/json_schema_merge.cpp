@@ -36,7 +36,7 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
     if (!other.contains("additionalProperties") || !other["additionalProperties"].is_object()) return;
     for (auto& [p, ps] : owner["properties"].items()) {
       const bool declared = other.contains("properties") && other["properties"].is_object() && other["properties"].contains(p);
-      if (!declared) out_props[p] = ojson{{"allOf", ojson::array({ps, other["additionalProperties"]})}};
+      if (!declared) out_props[p] = ps == false ? ps : ojson{{"allOf", ojson::array({ps, other["additionalProperties"]})}};
     }
   };
   ojson crossed_a = ojson::object(), crossed_b = ojson::object();
@@ -72,7 +72,10 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
       x = out;
     } else if (k == "properties") {
       if (!x.is_object() || !v.is_object()) fail(k);
-      for (auto& [p, ps] : v.items()) x[p] = x.contains(p) ? ojson{{"allOf", ojson::array({x[p], ps})}} : ps;
+      for (auto& [p, ps] : v.items()) {
+        if (!x.contains(p) || ps == false) x[p] = ps;
+        else if (x[p] != false) x[p] = ojson{{"allOf", ojson::array({x[p], ps})}};
+      }
     } else if (k == "required") {
       for (const auto& q : v) {
         if (std::find(x.begin(), x.end(), q) == x.end()) x.push_back(q);

@@ -173,9 +173,11 @@ class Checker {
           if (exclusive(shape(ap[key]), shape(bp[key]), depth + 1)) return true;
         }
       }
-      if (a_closed && bs.contains("required") && bs["required"].is_array()) {
+      if (bs.contains("required") && bs["required"].is_array()) {
         for (const auto& r : bs["required"]) {
-          if (r.is_string() && !ap.contains(r.get<std::string>())) return true;
+          if (!r.is_string()) continue;
+          const std::string key = r.get<std::string>();
+          if ((a_closed && !ap.contains(key)) || (ap.contains(key) && ap[key] == false)) return true;
         }
       }
     }
@@ -191,21 +193,49 @@ class Checker {
 
 }  // namespace
 
-void check_one_of_exclusive(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve, bool strict) {
+std::string one_of_overlap(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve, bool strict) {
   Checker c(path, resolve, strict);
   std::vector<Shape> shapes;
   for (const auto& b : branches) shapes.push_back(c.shape(b));
   for (size_t i = 0; i < shapes.size(); ++i) {
     for (size_t j = 0; j < shapes.size(); ++j) {
       if (i == j || c.exclusive(shapes[i], shapes[j])) continue;
-      throw Error(at(path) + "'oneOf' branches " + std::to_string(i) + " and " + std::to_string(j) +
-                  " are not provably exclusive: a value generated for branch " + std::to_string(i) +
-                  " could also be valid against branch " + std::to_string(j) +
-                  ", which 'oneOf' forbids. Make them exclusive (different types, different const/enum values, a required "
-                  "property with different const values, or a required key the other branch forbids with "
-                  "\"additionalProperties\": false) or use 'anyOf'");
+      return at(path) + "'oneOf' branches " + std::to_string(i) + " and " + std::to_string(j) +
+             " are not provably exclusive: a value generated for branch " + std::to_string(i) +
+             " could also be valid against branch " + std::to_string(j) +
+             ", which 'oneOf' forbids. Make them exclusive (different types, different const/enum values, a required "
+             "property with different const values, a required property the other branch does not require, or a "
+             "required key the other branch forbids with \"additionalProperties\": false) or use 'anyOf'";
     }
   }
+  return "";
+}
+
+std::vector<ojson> one_of_restricted(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve) {
+  std::vector<ojson> out;
+  std::vector<std::set<std::string>> required;
+  for (const auto& b : branches) {
+    out.push_back(merge_all_of(ojson::array({b}), path, resolve));
+    std::set<std::string> r;
+    if (out.back().contains("required") && out.back()["required"].is_array()) {
+      for (const auto& k : out.back()["required"]) {
+        if (k.is_string()) r.insert(k.get<std::string>());
+      }
+    }
+    required.push_back(std::move(r));
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t j = 0; j < out.size(); ++j) {
+      if (i == j) continue;
+      for (const auto& k : required[j]) {
+        if (required[i].count(k)) continue;
+        if (!out[i].contains("properties") || !out[i]["properties"].is_object()) out[i]["properties"] = ojson::object();
+        out[i]["properties"][k] = false;
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace deepinfer::grammar::detail

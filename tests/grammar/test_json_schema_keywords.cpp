@@ -100,3 +100,27 @@ TEST(GrammarJsonSchemaKeywords, FalseAndTrueSubschemas) {
   auto any = compact("true");
   EXPECT_TRUE(matches(any, R"({"x": [1, null]})"));
 }
+
+TEST(GrammarJsonSchemaKeywords, OneOfBranchesToldApartByRequiredKeys) {
+  // The overlapping branches of issue 31: an object with length, width and radius would
+  // match both; each branch leaves out a key the other requires.
+  const std::string s = R"({"type":"object","properties":{"length":{"type":"number"},"width":{"type":"number"},
+      "radius":{"type":"number"}},"oneOf":[{"required":["length","width"]},{"required":["radius"]}]})";
+  auto g = compact(s);
+  EXPECT_TRUE(matches(g, R"({"length": 1, "width": 2})"));
+  EXPECT_TRUE(matches(g, R"({"radius": 3})"));
+  EXPECT_TRUE(matches(g, R"({"width": 2, "radius": 3})"));  // only branch 1 holds (no length)
+  EXPECT_FALSE(matches(g, R"({"length": 1, "width": 2, "radius": 3})"));
+  EXPECT_FALSE(matches(g, R"({"length": 1, "radius": 3})"));
+  EXPECT_FALSE(matches(g, R"({"length": 1})"));
+  // Branches whose required keys include each other's cannot be told apart that way.
+  const std::string e = error_of(R"({"type":"object","properties":{"a":{},"b":{}},"oneOf":[{"required":["a"]},{"required":["a","b"]}]})");
+  EXPECT_TRUE(has(e, "#/oneOf: 'oneOf' branches")) << e;
+  EXPECT_TRUE(has(e, "not provably exclusive")) << e;
+  // Open objects: the required key of the other branch is forbidden, extras never use it.
+  auto open = compact(R"({"oneOf":[{"type":"object","required":["x"],"additionalProperties":{"type":"integer"}},
+      {"type":"object","required":["y"],"additionalProperties":{"type":"integer"}}]})");
+  EXPECT_TRUE(matches(open, R"({"x": 1, "z": 2})"));
+  EXPECT_FALSE(matches(open, R"({"x": 1, "y": 2})"));
+  EXPECT_FALSE(matches(open, R"({"y": 1, "x": 2})"));
+}
