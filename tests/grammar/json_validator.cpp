@@ -86,6 +86,17 @@ bool check_format(const std::string& f, const std::string& s) {
   }
   if (f == "uuid") return regex_matches(R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})", s, true);
   if (f == "ipv4") return regex_matches(R"(((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))", s, true);
+  // RFC 1123 (each label at most 63 characters, no leading / trailing hyphen, 253 in all).
+  static const std::string host = R"((?!.{254})([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)";
+  if (f == "hostname" || f == "idn-hostname") return regex_matches(host, s, true) && !regex_matches(R"((.*\.)?[0-9]+)", s, true);
+  if (f == "ipv6") return regex_matches(R"([0-9A-Fa-f]{1,4}(:[0-9A-Fa-f]{1,4}){7})", s, true) || regex_matches(R"(([0-9A-Fa-f:]*::[0-9A-Fa-f:]*))", s, true);
+  if (f == "uri" || f == "iri" || f == "uri-reference" || f == "iri-reference") {
+    // RFC 3986 appendix B's split, each part checked against its character set.
+    return regex_matches(R"([A-Za-z][A-Za-z0-9+.-]*:(//([A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})*)?([A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*(\?([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?(#([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?)", s, true);
+  }
+  if (f == "json-pointer") return regex_matches(R"((/([^/~]|~[01])*)*)", s, true);
+  if (f == "relative-json-pointer") return regex_matches(R"((0|[1-9][0-9]*)(#|(/([^/~]|~[01])*)*))", s, true);
+  if (f == "duration") return regex_matches(R"(P(\d+[DW]|T\d+[HMS]|\d+Y(\d+M)?(\d+D)?))", s, true);
   return true;
 }
 

@@ -124,3 +124,32 @@ TEST(GrammarJsonSchemaKeywords, OneOfBranchesToldApartByRequiredKeys) {
   EXPECT_FALSE(matches(open, R"({"x": 1, "y": 2})"));
   EXPECT_FALSE(matches(open, R"({"y": 1, "x": 2})"));
 }
+
+TEST(GrammarJsonSchemaKeywords, MoreFormats) {
+  auto f = [](const char* name) { return compact(std::string(R"({"type":"string","format":")") + name + "\"}"); };
+  auto host = f("hostname");
+  EXPECT_TRUE(matches(host, R"("example.com")"));
+  EXPECT_TRUE(matches(host, R"("a-1.b2.co")"));
+  EXPECT_FALSE(matches(host, R"("-a.com")"));
+  EXPECT_FALSE(matches(host, R"("a..b")"));
+  EXPECT_FALSE(matches(host, R"("a.123")"));  // an all-numeric last label
+  EXPECT_FALSE(matches(host, ("\"" + std::string(64, 'a') + "\"").c_str()));
+  auto uri = f("uri");
+  EXPECT_TRUE(matches(uri, R"("https://example.com/a/b.json?x=1&y=2#top")"));
+  EXPECT_FALSE(matches(uri, R"("example.com/a")"));  // no scheme
+  EXPECT_FALSE(matches(uri, R"("http://a b")"));
+  auto v6 = f("ipv6");
+  EXPECT_TRUE(matches(v6, R"("2001:db8:0:0:0:0:ff00:42")"));
+  EXPECT_FALSE(matches(v6, R"("2001:db8:0:0:0:0:ff00")"));
+  EXPECT_FALSE(matches(v6, R"("12345:0:0:0:0:0:0:0")"));
+  auto ptr = f("json-pointer");
+  EXPECT_TRUE(matches(ptr, R"("")"));
+  EXPECT_TRUE(matches(ptr, R"("/a~1b/0/~0")"));
+  EXPECT_FALSE(matches(ptr, R"("a")"));
+  EXPECT_FALSE(matches(ptr, R"("/a~2")"));
+  auto dur = f("duration");
+  EXPECT_TRUE(matches(dur, R"("P3D")"));
+  EXPECT_TRUE(matches(dur, R"("PT15M")"));
+  EXPECT_FALSE(matches(dur, R"("P")"));
+  EXPECT_TRUE(has(error_of(R"({"type":"string","format":"regex"})"), "format 'regex' is not supported"));
+}
