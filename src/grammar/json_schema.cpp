@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "grammar/automaton.h"
 #include "grammar/json_schema_layout.h"
 #include "grammar/json_string.h"
 #include "grammar/regex_parser.h"
@@ -226,7 +227,10 @@ class Converter {
       }
       return false;
     };
-    if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
+    if (has({"properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties",
+             "maxProperties"})) {
+      types.push_back("object");
+    }
     if (has({"items", "prefixItems", "additionalItems", "minItems", "maxItems"})) types.push_back("array");
     if (has({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
     if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) types.push_back("number");
@@ -474,6 +478,9 @@ class Converter {
     const ojson empty = ojson::object();
     const ojson& props = s.contains("properties") ? s["properties"] : empty;
     if (!props.is_object()) throw Error(at(path + "/properties") + "'properties' must be an object");
+    const ojson& pp = s.contains("patternProperties") ? s["patternProperties"] : empty;
+    if (!pp.is_object()) throw Error(at(path + "/patternProperties") + "'patternProperties' must be an object");
+    const std::string pp_path = path + "/patternProperties";
     std::set<std::string> required;
     if (s.contains("required")) {
       if (!s["required"].is_array()) throw Error(at(path + "/required") + "'required' must be an array of strings");
@@ -484,49 +491,222 @@ class Converter {
     }
     const ojson ap = s.contains("additionalProperties") ? s["additionalProperties"] : ojson(!o_.strict);
     const bool ap_false = ap.is_boolean() && !ap.get<bool>();
+    const int32_t min_props = count_of(s, "minProperties", path, 0);
+    const int32_t max_props = count_of(s, "maxProperties", path, kUnbounded);
+    if (max_props != kUnbounded && max_props < min_props) throw Error(at(path) + "'maxProperties' is below 'minProperties'");
+    const ojson* names_schema = s.contains("propertyNames") ? &s["propertyNames"] : nullptr;
+    const std::string pn_path = path + "/propertyNames";
+    if (names_schema) check_property_names_schema(*names_schema, pn_path);
+    // The schema a member named `name` must satisfy: its declared schema (or, undeclared,
+    // additionalProperties) and every patternProperties schema whose pattern matches it;
+    // `false` when it may not appear.
+    auto member_schema = [&](const std::string& name, const ojson* declared) -> ojson {
+      if (names_schema && !name_allowed(*names_schema, name, pn_path)) return false;
+      ojson all = ojson::array();
+      if (declared) all.push_back(*declared);
+      for (auto& [pat, ps] : pp.items()) {
+        if (pattern_finds(pat, name, pp_path + "/" + pat)) all.push_back(ps);
+      }
+      if (!declared && all.empty()) all.push_back(ap);
+      for (const auto& x : all) {
+        if (x == false) return false;
+      }
+      return all.size() == 1 ? all[0] : ojson{{"allOf", all}};
+    };
     std::vector<Prop> list;
     std::set<std::string> names;
     for (auto& [k, v] : props.items()) {
       names.insert(k);  // a `false` property never appears, not even as an additional one
-      if (v == false) {
-        if (required.count(k)) throw Error(at(path + "/properties/" + k) + "required property '" + k + "' has the schema 'false'");
+      const ojson ms = member_schema(k, &v);
+      if (ms == false) {
+        if (required.count(k)) throw Error(at(path + "/properties/" + k) + "required property '" + k + "' is never valid (its schema, propertyNames or a patternProperties schema is 'false')");
         continue;
       }
-      list.push_back({k, visit(v, path + "/properties/" + k), required.count(k) > 0});
+      list.push_back({k, visit(ms, path + "/properties/" + k), required.count(k) > 0});
     }
     for (const auto& r : required) {
       if (names.count(r)) continue;
-      if (ap_false) throw Error(at(path) + "required property '" + r + "' is not allowed ('additionalProperties' is false)");
-      list.push_back({r, visit(ap, path + "/additionalProperties"), true});
+      const ojson ms = member_schema(r, nullptr);
+      if (ms == false) throw Error(at(path) + "required property '" + r + "' is not allowed ('additionalProperties', 'patternProperties' or 'propertyNames')");
+      list.push_back({r, visit(ms, path + "/additionalProperties"), true});
       names.insert(r);
     }
-    int32_t extra = -1;  // one additional member
-    if (!ap_false) {
-      int32_t key = g_.seq({g_.literal("\""), not_in(names), g_.literal("\"")});
-      extra = g_.seq({key, layout_.colon, visit(ap, path + "/additionalProperties")});
+    // Additional members (keys outside `names`). Keys from a pattern are generated only where
+    // no declared name matches it (so they never repeat one), their values satisfy every
+    // pattern's schema (a key may match several); with patternProperties, keys for
+    // additionalProperties would have to avoid every pattern and are not generated.
+    std::vector<int32_t> extras;
+    const bool names_restricted = names_schema && !(*names_schema == true || *names_schema == ojson::object());
+    for (auto& [pat, ps] : pp.items()) {
+      if (ps == false || names_restricted) continue;
+      bool clash = false;
+      for (const auto& nm : names) clash = clash || pattern_finds(pat, nm, pp_path + "/" + pat);
+      if (clash) continue;
+      ojson all = ojson::array({ps});
+      bool usable = true;
+      for (auto& [pat2, ps2] : pp.items()) {
+        if (pat2 == pat) continue;
+        if (ps2 == false) usable = false;
+        all.push_back(ps2);
+      }
+      if (!usable) continue;
+      if (all.size() > 1) {
+        try {
+          detail::merge_all_of(all, pp_path, resolver());
+        } catch (const Error&) {
+          continue;  // the patterns' schemas have no common value: keys of this pattern are not generated
+        }
+      }
+      int32_t key = -1;
+      try {
+        key = regex_to_expr(g_, pat, {.json_string = true, .search = true});
+      } catch (const Error& e) {
+        throw Error(at(pp_path + "/" + pat) + e.what());
+      }
+      const ojson vs = all.size() == 1 ? all[0] : ojson{{"allOf", all}};
+      extras.push_back(g_.seq({g_.literal("\""), key, g_.literal("\""), layout_.colon, visit(vs, pp_path + "/" + pat)}));
     }
+    if (!ap_false && pp.empty()) {
+      int32_t key = -1;
+      if (!names_restricted) {
+        key = not_in(names);
+      } else if (property_names_pattern_only(*names_schema)) {
+        const std::string pat = (*names_schema)["pattern"].get<std::string>();
+        bool clash = false;
+        for (const auto& nm : names) clash = clash || pattern_finds(pat, nm, pn_path + "/pattern");
+        if (!clash) key = regex_to_expr(g_, pat, {.json_string = true, .search = true});
+      }
+      if (key >= 0) extras.push_back(g_.seq({g_.literal("\""), key, g_.literal("\""), layout_.colon, visit(ap, path + "/additionalProperties")}));
+    }
+    const int32_t extra = extras.empty() ? -1 : g_.alt(extras);  // one additional member
+    return object_members(list, extra, min_props, max_props, path);
+  }
+
+  // "{" members "}" in list order (optional ones may be left out), then any number of
+  // `extra` members (-1: none), with minProperties / maxProperties counted exactly.
+  int32_t object_members(const std::vector<Prop>& list, int32_t extra, int32_t lo, int32_t hi, const std::string& path) {
     const size_t n = list.size();
+    int32_t n_required = 0;
+    for (const auto& p : list) n_required += p.required ? 1 : 0;
+    if (hi != kUnbounded && n_required > hi) throw Error(at(path) + "more required properties than 'maxProperties'");
+    if (extra < 0 && static_cast<int32_t>(n) < lo) {
+      throw Error(at(path) + "'minProperties' exceeds the properties that may appear");
+    }
     std::vector<int32_t> member(n);
     for (size_t i = 0; i < n; ++i) member[i] = g_.seq({g_.literal(json_quoted(list[i].name)), layout_.colon, list[i].value});
-    // suffix[k]: members k.. after at least one member was written.
-    std::vector<int32_t> suffix(n + 1);
-    suffix[n] = extra >= 0 ? g_.star(g_.seq({layout_.comma, extra})) : g_.empty();
+    // c: members written so far, capped where the bounds stop telling counts apart.
+    const int32_t cap = hi != kUnbounded ? hi : lo;
+    auto capped = [&](int32_t c) { return std::min(c, cap); };
+    auto extras_from = [&](int32_t c, int32_t at_least_extra) -> int32_t {  // the trailing extras after c members
+      const int32_t need = std::max(at_least_extra, lo - c);
+      if (extra < 0) return need > 0 ? -1 : g_.empty();
+      if (hi != kUnbounded && need > hi - c) return -1;
+      return g_.repeat(g_.seq({layout_.comma, extra}), need, hi == kUnbounded ? kUnbounded : hi - c);
+    };
     const bool share = n > 8;
+    if (static_cast<size_t>(cap + 1) * (n + 1) > 200000) throw Error(at(path) + "'minProperties'/'maxProperties' too large for this many properties");
+    // suffix[k][c]: members k.. after c (>= 1) members were written; -1 when none can follow.
+    std::vector<std::vector<int32_t>> suffix(n + 1, std::vector<int32_t>(static_cast<size_t>(cap) + 1, -1));
+    for (int32_t c = 0; c <= cap; ++c) suffix[n][static_cast<size_t>(c)] = extras_from(c, 0);
     for (size_t k = n; k-- > 0;) {
-      int32_t m = g_.seq({layout_.comma, member[k]});
-      int32_t e = g_.seq({list[k].required ? m : g_.optional(m), suffix[k + 1]});
-      suffix[k] = share ? as_rule("members", e) : e;
+      for (int32_t c = 0; c <= cap; ++c) {
+        std::vector<int32_t> alts;
+        if (hi == kUnbounded || c < hi) {
+          int32_t rest = suffix[k + 1][static_cast<size_t>(capped(c + 1))];
+          if (rest >= 0) alts.push_back(g_.seq({layout_.comma, member[k], rest}));
+        }
+        if (!list[k].required && suffix[k + 1][static_cast<size_t>(c)] >= 0) alts.push_back(suffix[k + 1][static_cast<size_t>(c)]);
+        if (alts.empty()) continue;
+        int32_t e = g_.alt(alts);
+        suffix[k][static_cast<size_t>(c)] = share ? as_rule("members", e) : e;
+      }
     }
     std::vector<int32_t> firsts;
     bool all_optional_before = true;
     for (size_t j = 0; j < n && all_optional_before; ++j) {
-      firsts.push_back(g_.seq({member[j], suffix[j + 1]}));
+      if (hi == kUnbounded || hi >= 1) {
+        int32_t rest = suffix[j + 1][static_cast<size_t>(capped(1))];
+        if (rest >= 0) firsts.push_back(g_.seq({member[j], rest}));
+      }
       all_optional_before = !list[j].required;
     }
-    if (all_optional_before && extra >= 0) firsts.push_back(g_.seq({extra, suffix[n]}));
+    if (all_optional_before && extra >= 0 && (hi == kUnbounded || hi >= 1)) {
+      int32_t rest = extras_from(1, 0);
+      if (rest >= 0) firsts.push_back(g_.seq({extra, rest}));
+    }
+    const bool can_be_empty = all_optional_before && lo == 0;
+    if (firsts.empty() && !can_be_empty) throw Error(at(path) + "no object satisfies the properties and minProperties/maxProperties");
     int32_t content = firsts.empty() ? g_.empty() : g_.seq({g_.alt(firsts), layout_.ws});
-    if (all_optional_before) content = g_.optional(content);
+    if (can_be_empty && !firsts.empty()) content = g_.optional(content);
     return g_.seq({g_.literal("{"), layout_.ws, content, g_.literal("}")});
+  }
+
+  // ---------------------------------------------------------------- property names
+  // propertyNames: a schema over strings of which the compiler reads type, enum, const,
+  // pattern, minLength, maxLength (and the annotations); anything else is an error.
+  void check_property_names_schema(const ojson& ns, const std::string& path) const {
+    if (ns.is_boolean()) return;
+    if (!ns.is_object()) throw Error(at(path) + "a schema must be an object or a boolean");
+    for (auto& [k, v] : ns.items()) {
+      if (!is_constraint(k)) continue;
+      if (k == "type" && v == "string") continue;
+      if (k == "enum" || k == "const" || k == "pattern" || k == "minLength" || k == "maxLength") continue;
+      throw Error(at(path) + "'propertyNames' with '" + k + "' is not supported (supported: type string, enum, const, pattern, minLength, maxLength)");
+    }
+    if (ns.contains("pattern") && !ns["pattern"].is_string()) throw Error(at(path + "/pattern") + "'pattern' must be a string");
+    if (ns.contains("enum") && !ns["enum"].is_array()) throw Error(at(path + "/enum") + "'enum' must be an array");
+  }
+
+  static bool property_names_pattern_only(const ojson& ns) {
+    if (!ns.is_object() || !ns.contains("pattern")) return false;
+    for (auto& [k, v] : ns.items()) {
+      if (is_constraint(k) && k != "pattern" && !(k == "type" && v == "string")) return false;
+    }
+    return true;
+  }
+
+  bool name_allowed(const ojson& ns, const std::string& name, const std::string& path) {
+    if (ns.is_boolean()) return ns.get<bool>();
+    if (ns.contains("const") && ns["const"] != name) return false;
+    if (ns.contains("enum") && std::find(ns["enum"].begin(), ns["enum"].end(), ojson(name)) == ns["enum"].end()) return false;
+    int64_t n = 0;
+    for (unsigned char c : name) n += (c & 0xC0) != 0x80;
+    if (ns.contains("minLength") && ns["minLength"].is_number_integer() && n < ns["minLength"].get<int64_t>()) return false;
+    if (ns.contains("maxLength") && ns["maxLength"].is_number_integer() && n > ns["maxLength"].get<int64_t>()) return false;
+    if (ns.contains("pattern") && !pattern_finds(ns["pattern"].get<std::string>(), name, path + "/pattern")) return false;
+    return true;
+  }
+
+  // True when the JSON Schema `pattern` (a search) matches `text`. Decided by the compiler's
+  // own regex automaton, which agrees with ECMA-262 and Python `re` on printable ASCII;
+  // a name with other characters is an error (where `.`, `\s`, `\d`, `\w` and `$` differ).
+  bool pattern_finds(const std::string& pattern, const std::string& text, const std::string& where) {
+    for (unsigned char c : text) {
+      if (c < 0x20 || c >= 0x7f) {
+        throw Error(at(where) + "property name '" + json_escape(text) +
+                    "' has characters outside printable ASCII: whether the pattern matches it is not decided");
+      }
+    }
+    auto it = pattern_tables_.find(pattern);
+    if (it == pattern_tables_.end()) {
+      Grammar g;
+      int32_t root = g.declare_rule("root");
+      try {
+        g.define_rule(root, regex_to_expr(g, pattern, {.search = true}));
+      } catch (const Error& e) {
+        throw Error(at(where) + e.what());
+      }
+      g.set_root(root);
+      it = pattern_tables_.emplace(pattern, build_pda(g)).first;
+    }
+    const PdaTables& t = it->second;
+    int32_t st = t.rules[static_cast<size_t>(t.root)].start;
+    for (unsigned char c : text) {
+      if (t.has(st, PdaTables::kHasCalls)) throw Error(at(where) + "internal: a pattern automaton with calls");
+      st = t.step(st, c);
+      if (st < 0) return false;
+    }
+    return t.has(st, PdaTables::kFinal);
   }
 
   // A JSON string's content (canonical escapes only) that is not one of `names`.
@@ -634,6 +814,7 @@ class Converter {
   JsonSchemaOptions o_;
   detail::JsonLayout layout_;
   std::map<std::string, int32_t> ref_rules_;
+  std::map<std::string, PdaTables> pattern_tables_;  // patterns matched against property names
   const InexactNumbers& inexact_;
   std::string value_path_;  // the const/enum being converted (for errors)
   int depth_ = 0;

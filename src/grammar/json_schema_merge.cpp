@@ -19,10 +19,11 @@ const std::set<std::string> kAnnotations = {
 const std::set<std::string> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems",
     "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "uniqueItems"};
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "uniqueItems", "patternProperties", "propertyNames",
+    "minProperties", "maxProperties"};
 // The rest of the vocabulary: assertions the compiler does not enforce (an error).
 const std::set<std::string> kUnsupported = {
-    "multipleOf", "divisibleBy", "patternProperties", "propertyNames", "minProperties", "maxProperties", "dependencies",
+    "multipleOf", "divisibleBy", "dependencies",
     "dependentRequired", "dependentSchemas", "not", "if", "then", "else", "contains", "minContains", "maxContains",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "disallow", "extends"};
 
@@ -39,6 +40,11 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
       if (!declared) out_props[p] = ps == false ? ps : ojson{{"allOf", ojson::array({ps, other["additionalProperties"]})}};
     }
   };
+  // Keys from one member's patternProperties are additional properties for the other.
+  auto opens = [](const ojson& s) { return !s.contains("additionalProperties") || s["additionalProperties"] == true; };
+  if ((a.contains("patternProperties") && !opens(b)) || (b.contains("patternProperties") && !opens(a))) {
+    fail("patternProperties' with 'additionalProperties");
+  }
   ojson crossed_a = ojson::object(), crossed_b = ojson::object();
   cross(a, b, crossed_a);
   cross(b, a, crossed_b);
@@ -70,6 +76,12 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
       }
       if (out.empty()) throw Error(at(path) + "allOf: the types do not intersect");
       x = out;
+    } else if (k == "patternProperties") {
+      if (!x.is_object() || !v.is_object()) fail(k);
+      for (auto& [p, ps] : v.items()) {
+        if (!x.contains(p) || ps == false) x[p] = ps;
+        else if (x[p] != false) x[p] = ojson{{"allOf", ojson::array({x[p], ps})}};
+      }
     } else if (k == "properties") {
       if (!x.is_object() || !v.is_object()) fail(k);
       for (auto& [p, ps] : v.items()) {
@@ -89,10 +101,10 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
         if (i < x.size()) x[i] = ojson{{"allOf", ojson::array({x[i], v[i]})}};
         else x.push_back(v[i]);
       }
-    } else if (k == "minItems" || k == "minLength" || k == "minimum" || k == "exclusiveMinimum") {
+    } else if (k == "minItems" || k == "minLength" || k == "minProperties" || k == "minimum" || k == "exclusiveMinimum") {
       if (!x.is_number() || !v.is_number()) fail(k);
       if (compare_decimal(decimal_of(v), decimal_of(x)) > 0) x = v;  // exact: no rounding to doubles
-    } else if (k == "maxItems" || k == "maxLength" || k == "maximum" || k == "exclusiveMaximum") {
+    } else if (k == "maxItems" || k == "maxLength" || k == "maxProperties" || k == "maximum" || k == "exclusiveMaximum") {
       if (!x.is_number() || !v.is_number()) fail(k);
       if (compare_decimal(decimal_of(v), decimal_of(x)) < 0) x = v;
     } else if (k == "enum") {

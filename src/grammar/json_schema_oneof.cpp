@@ -100,7 +100,10 @@ class Checker {
         return std::any_of(ks.begin(), ks.end(), [&](const char* k) { return s->contains(k); });
       };
       std::set<std::string> ts;
-      if (has({"properties", "required", "additionalProperties"})) ts.insert("object");
+      if (has({"properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties",
+               "maxProperties"})) {
+        ts.insert("object");
+      }
       if (has({"items", "prefixItems", "additionalItems", "minItems", "maxItems"})) ts.insert("array");
       if (has({"minLength", "maxLength", "pattern", "format"})) ts.insert("string");
       if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) ts.insert("number");

@@ -87,7 +87,7 @@ TEST(GrammarJsonSchemaKeywords, FalseAndTrueSubschemas) {
   EXPECT_FALSE(matches(g, R"({"b": 1})"));
   EXPECT_TRUE(matches(g, R"({"bb": 1})"));
   EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"b":false},"required":["b"]})"),
-                  "#/properties/b: required property 'b' has the schema 'false'"));
+                  "#/properties/b: required property 'b' is never valid"));
   auto t = compact(R"({"type":"array","prefixItems":[{"type":"integer"},false],"items":{"type":"string"}})");
   EXPECT_TRUE(matches(t, "[1]"));
   EXPECT_TRUE(matches(t, "[]"));
@@ -152,4 +152,72 @@ TEST(GrammarJsonSchemaKeywords, MoreFormats) {
   EXPECT_TRUE(matches(dur, R"("PT15M")"));
   EXPECT_FALSE(matches(dur, R"("P")"));
   EXPECT_TRUE(has(error_of(R"({"type":"string","format":"regex"})"), "format 'regex' is not supported"));
+}
+
+TEST(GrammarJsonSchemaKeywords, PatternProperties) {
+  // Declared names matching a pattern also satisfy its schema; other keys come from the pattern.
+  auto g = compact(R"({"type":"object","properties":{"x-a":{"type":"integer"},"b":{"type":"integer"}},
+      "patternProperties":{"^x-":{"minimum":10}},"additionalProperties":false})");
+  EXPECT_TRUE(matches(g, R"({"x-a": 10, "b": 1})"));
+  EXPECT_FALSE(matches(g, R"({"x-a": 9})"));
+  EXPECT_TRUE(matches(g, R"({"b": 1})"));
+  // A declared name matches the pattern: pattern keys are not generated (they could repeat it).
+  EXPECT_FALSE(matches(g, R"({"b": 1, "x-c": 11})"));
+  auto p = compact(R"({"type":"object","properties":{"id":{"type":"string"}},"required":["id"],
+      "patternProperties":{"^[a-z]+_[0-9]$":{"type":"integer"},"_9$":{"maximum":5}}})");
+  // A generated key may match both patterns: its value satisfies both schemas.
+  EXPECT_TRUE(matches(p, R"({"id": "q", "ab_1": 4})"));
+  EXPECT_FALSE(matches(p, R"({"id": "q", "ab_1": 100})"));
+  EXPECT_TRUE(matches(p, R"({"id": "q", "ab_1": 4, "c_2": 3})"));
+  EXPECT_FALSE(matches(p, R"({"id": "q", "ab_9": 100})"));  // both patterns: integer and at most 5
+  EXPECT_TRUE(matches(p, R"({"id": "q", "ab_9": 5})"));
+  EXPECT_FALSE(matches(p, R"({"id": "q", "AB_1": 1})"));
+  EXPECT_FALSE(matches(p, R"({"id": "q", "ab_1": "s"})"));
+  // A required name that only a pattern allows takes the pattern's schema.
+  auto r = compact(R"({"type":"object","required":["n_1"],"patternProperties":{"^n_":{"type":"boolean"}},"additionalProperties":false})");
+  EXPECT_TRUE(matches(r, R"({"n_1": true})"));
+  EXPECT_FALSE(matches(r, R"({"n_1": 1})"));
+  EXPECT_TRUE(has(error_of(R"({"type":"object","required":["q"],"patternProperties":{"^n_":{}},"additionalProperties":false})"),
+                  "required property 'q' is not allowed"));
+  EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"é":{}},"patternProperties":{"^a":{}}})"),
+                  "outside printable ASCII"));
+  EXPECT_TRUE(has(error_of(R"j({"type":"object","patternProperties":{"(?=a)":{}}})j"), "#/patternProperties/(?=a): regex"));
+}
+
+TEST(GrammarJsonSchemaKeywords, MinAndMaxProperties) {
+  auto g = compact(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}},
+      "minProperties":1,"maxProperties":2})");
+  EXPECT_FALSE(matches(g, "{}"));
+  EXPECT_TRUE(matches(g, R"({"b": 1})"));
+  EXPECT_TRUE(matches(g, R"({"a": 1, "c": 2})"));
+  EXPECT_FALSE(matches(g, R"({"a": 1, "b": 2, "c": 3})"));
+  auto x = compact(R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"null"},
+      "minProperties":2,"maxProperties":3})");
+  EXPECT_FALSE(matches(x, R"({"a": 1})"));
+  EXPECT_TRUE(matches(x, R"({"a": 1, "q": null})"));
+  EXPECT_TRUE(matches(x, R"({"q": null, "r": null})"));
+  EXPECT_TRUE(matches(x, R"({"q": null, "r": null, "s": null})"));
+  EXPECT_FALSE(matches(x, R"({"a": 1, "q": null, "r": null, "s": null})"));
+  EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"a":{}},"minProperties":2})"), "'minProperties' exceeds"));
+  EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"a":{},"b":{}},"required":["a","b"],"maxProperties":1})"),
+                  "more required properties than 'maxProperties'"));
+}
+
+TEST(GrammarJsonSchemaKeywords, PropertyNames) {
+  auto g = compact(R"({"type":"object","properties":{"Bad":{"type":"integer"}},
+      "propertyNames":{"pattern":"^[a-z]+$"},"additionalProperties":{"type":"boolean"}})");
+  EXPECT_FALSE(matches(g, R"({"Bad": 1})"));  // its name is not valid: never written
+  EXPECT_TRUE(matches(g, R"({"zz": true})"));
+  EXPECT_FALSE(matches(g, R"({"z9": true})"));
+  EXPECT_FALSE(matches(g, R"({"zz": 1})"));
+  // A valid declared name could be repeated by a pattern key: no additional keys then.
+  auto d = compact(R"({"type":"object","properties":{"ok":{"type":"integer"}},"propertyNames":{"pattern":"^[a-z]+$"},
+      "additionalProperties":{"type":"boolean"}})");
+  EXPECT_TRUE(matches(d, R"({"ok": 1})"));
+  EXPECT_FALSE(matches(d, R"({"ok": 1, "zz": true})"));
+  auto e = compact(R"({"type":"object","properties":{"a":{},"bb":{}},"propertyNames":{"enum":["a","c"]},"additionalProperties":{}})");
+  EXPECT_TRUE(matches(e, R"({"a": 1})"));
+  EXPECT_FALSE(matches(e, R"({"bb": 1})"));
+  EXPECT_FALSE(matches(e, R"({"c": 1})"));  // extras are not generated beside an enum of names
+  EXPECT_TRUE(has(error_of(R"({"type":"object","propertyNames":{"format":"email"}})"), "'propertyNames' with 'format' is not supported"));
 }
