@@ -164,6 +164,9 @@ class Converter {
       for (size_t i = 0; i < merged.size(); ++i) alts.push_back(visit(merged[i], paths[i]));
       return g_.alt(alts);
     }
+    if (s.contains("dependentRequired") || s.contains("dependentSchemas") || s.contains("dependencies")) {
+      return dependencies_expr(s, path);
+    }
     std::vector<std::string> types = types_of(s, path);
     if (s.contains("const") || s.contains("enum")) {
       for (auto& [k, v] : s.items()) {
@@ -193,6 +196,85 @@ class Converter {
     if (types.empty()) return any_value();
     std::vector<int32_t> alts;
     for (const auto& t : types) alts.push_back(type_expr(t, s, path));
+    return g_.alt(alts);
+  }
+
+  // dependentRequired, dependentSchemas and draft-04..07 dependencies: for each key A with a
+  // dependency, objects without A (`"properties": {A: false}`) or with A and what it
+  // requires (its keys required, its schema merged), generated as alternatives. Exact for
+  // up to kMaxSplitDependencies optional keys; further optional keys with dependencies are
+  // left out of the generated objects.
+  static constexpr int kMaxSplitDependencies = 3;
+  int32_t dependencies_expr(const ojson& s, const std::string& path) {
+    struct Dep {
+      std::string key;
+      ojson addition;  // what holds when the key is present
+    };
+    std::vector<Dep> deps;
+    auto add_required = [&](const std::string& key, const ojson& list, const std::string& where) {
+      if (!list.is_array()) throw Error(at(where) + "must be an array of property names");
+      ojson req = ojson::array({key});
+      for (const auto& x : list) {
+        if (!x.is_string()) throw Error(at(where) + "must be an array of property names");
+        req.push_back(x);
+      }
+      deps.push_back({key, ojson{{"required", req}}});
+    };
+    auto add_schema = [&](const std::string& key, const ojson& schema) {
+      deps.push_back({key, ojson{{"required", ojson::array({key})}, {"allOf", ojson::array({schema})}}});
+    };
+    for (const char* kw : {"dependentRequired", "dependentSchemas", "dependencies"}) {
+      if (!s.contains(kw)) continue;
+      if (!s[kw].is_object()) throw Error(at(path + "/" + kw) + "'" + kw + "' must be an object");
+      for (auto& [k, v] : s[kw].items()) {
+        const std::string where = path + "/" + kw + "/" + k;
+        if (std::string_view(kw) == "dependentRequired" || (std::string_view(kw) == "dependencies" && v.is_array())) {
+          add_required(k, v, where);
+        } else {
+          add_schema(k, v);
+        }
+      }
+    }
+    const ojson rest = without(s, {"dependentRequired", "dependentSchemas", "dependencies"});
+    // A variant that certainly has no valid object (a required key its properties or
+    // additionalProperties forbid) is dropped.
+    auto possible = [&](const ojson& v) {
+      if (!v.contains("required") || !v["required"].is_array()) return true;
+      const bool closed = v.contains("additionalProperties") ? v["additionalProperties"] == false : o_.strict;
+      for (const auto& r : v["required"]) {
+        if (!r.is_string()) continue;
+        const std::string k = r.get<std::string>();
+        const bool declared = v.contains("properties") && v["properties"].is_object() && v["properties"].contains(k);
+        if (declared && v["properties"][k] == false) return false;
+        if (!declared && closed && !v.contains("patternProperties")) return false;
+      }
+      return true;
+    };
+    auto merged = [&](const ojson& v, const ojson& addition, std::vector<ojson>& out) {
+      try {
+        ojson m = detail::merge_all_of(ojson::array({v, addition}), path, resolver());
+        if (possible(m)) out.push_back(std::move(m));
+      } catch (const Error&) {
+        // no object both satisfies the variant and the addition: the variant is dropped
+      }
+    };
+    std::vector<ojson> variants = {rest};
+    int split = 0;
+    for (const auto& d : deps) {
+      const ojson absent = ojson{{"properties", ojson{{d.key, false}}}};
+      std::vector<ojson> next;
+      for (const auto& v : variants) {
+        const bool required = v.contains("required") && v["required"].is_array() &&
+                              std::find(v["required"].begin(), v["required"].end(), ojson(d.key)) != v["required"].end();
+        if (required || split < kMaxSplitDependencies) merged(v, d.addition, next);
+        if (!required) merged(v, absent, next);
+      }
+      split += 1;
+      variants = std::move(next);
+      if (variants.empty()) throw Error(at(path) + "no object satisfies the dependencies on '" + d.key + "'");
+    }
+    std::vector<int32_t> alts;
+    for (const auto& v : variants) alts.push_back(visit(v, path));
     return g_.alt(alts);
   }
 
@@ -228,7 +310,7 @@ class Converter {
       return false;
     };
     if (has({"properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties",
-             "maxProperties"})) {
+             "maxProperties", "dependentRequired", "dependentSchemas", "dependencies"})) {
       types.push_back("object");
     }
     if (has({"items", "prefixItems", "additionalItems", "minItems", "maxItems"})) types.push_back("array");
@@ -589,25 +671,26 @@ class Converter {
     int32_t n_required = 0;
     for (const auto& p : list) n_required += p.required ? 1 : 0;
     if (hi != kUnbounded && n_required > hi) throw Error(at(path) + "more required properties than 'maxProperties'");
-    if (extra < 0 && static_cast<int32_t>(n) < lo) {
-      throw Error(at(path) + "'minProperties' exceeds the properties that may appear");
+    // Additional keys may repeat one another (a JSON parser keeps one of them), so they count
+    // towards maxProperties but not towards minProperties.
+    if (static_cast<int32_t>(n) < lo) {
+      throw Error(at(path) + "'minProperties' exceeds the declared properties that may appear (additional keys could repeat one another)");
     }
     std::vector<int32_t> member(n);
     for (size_t i = 0; i < n; ++i) member[i] = g_.seq({g_.literal(json_quoted(list[i].name)), layout_.colon, list[i].value});
     // c: members written so far, capped where the bounds stop telling counts apart.
     const int32_t cap = hi != kUnbounded ? hi : lo;
     auto capped = [&](int32_t c) { return std::min(c, cap); };
-    auto extras_from = [&](int32_t c, int32_t at_least_extra) -> int32_t {  // the trailing extras after c members
-      const int32_t need = std::max(at_least_extra, lo - c);
-      if (extra < 0) return need > 0 ? -1 : g_.empty();
-      if (hi != kUnbounded && need > hi - c) return -1;
-      return g_.repeat(g_.seq({layout_.comma, extra}), need, hi == kUnbounded ? kUnbounded : hi - c);
+    auto extras_from = [&](int32_t c) -> int32_t {  // the trailing extras after c declared members
+      if (c < lo) return -1;
+      if (extra < 0 || (hi != kUnbounded && c >= hi)) return g_.empty();
+      return g_.repeat(g_.seq({layout_.comma, extra}), 0, hi == kUnbounded ? kUnbounded : hi - c);
     };
     const bool share = n > 8;
     if (static_cast<size_t>(cap + 1) * (n + 1) > 200000) throw Error(at(path) + "'minProperties'/'maxProperties' too large for this many properties");
     // suffix[k][c]: members k.. after c (>= 1) members were written; -1 when none can follow.
     std::vector<std::vector<int32_t>> suffix(n + 1, std::vector<int32_t>(static_cast<size_t>(cap) + 1, -1));
-    for (int32_t c = 0; c <= cap; ++c) suffix[n][static_cast<size_t>(c)] = extras_from(c, 0);
+    for (int32_t c = 0; c <= cap; ++c) suffix[n][static_cast<size_t>(c)] = extras_from(c);
     for (size_t k = n; k-- > 0;) {
       for (int32_t c = 0; c <= cap; ++c) {
         std::vector<int32_t> alts;
@@ -630,9 +713,8 @@ class Converter {
       }
       all_optional_before = !list[j].required;
     }
-    if (all_optional_before && extra >= 0 && (hi == kUnbounded || hi >= 1)) {
-      int32_t rest = extras_from(1, 0);
-      if (rest >= 0) firsts.push_back(g_.seq({extra, rest}));
+    if (all_optional_before && extra >= 0 && lo == 0 && (hi == kUnbounded || hi >= 1)) {
+      firsts.push_back(g_.seq({extra, g_.repeat(g_.seq({layout_.comma, extra}), 0, hi == kUnbounded ? kUnbounded : hi - 1)}));
     }
     const bool can_be_empty = all_optional_before && lo == 0;
     if (firsts.empty() && !can_be_empty) throw Error(at(path) + "no object satisfies the properties and minProperties/maxProperties");

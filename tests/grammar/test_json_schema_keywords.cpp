@@ -191,14 +191,17 @@ TEST(GrammarJsonSchemaKeywords, MinAndMaxProperties) {
   EXPECT_TRUE(matches(g, R"({"b": 1})"));
   EXPECT_TRUE(matches(g, R"({"a": 1, "c": 2})"));
   EXPECT_FALSE(matches(g, R"({"a": 1, "b": 2, "c": 3})"));
-  auto x = compact(R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"null"},
-      "minProperties":2,"maxProperties":3})");
-  EXPECT_FALSE(matches(x, R"({"a": 1})"));
+  // Additional keys may repeat one another (a parser keeps one): they count towards
+  // maxProperties but never towards minProperties.
+  auto x = compact(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},
+      "additionalProperties":{"type":"null"},"minProperties":1,"maxProperties":3})");
+  EXPECT_FALSE(matches(x, R"({"q": null})"));
+  EXPECT_FALSE(matches(x, R"({})"));
   EXPECT_TRUE(matches(x, R"({"a": 1, "q": null})"));
-  EXPECT_TRUE(matches(x, R"({"q": null, "r": null})"));
-  EXPECT_TRUE(matches(x, R"({"q": null, "r": null, "s": null})"));
-  EXPECT_FALSE(matches(x, R"({"a": 1, "q": null, "r": null, "s": null})"));
-  EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"a":{}},"minProperties":2})"), "'minProperties' exceeds"));
+  EXPECT_TRUE(matches(x, R"({"b": 1, "q": null, "r": null})"));
+  EXPECT_FALSE(matches(x, R"({"a": 1, "b": 2, "q": null, "r": null})"));
+  EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"a":{}},"additionalProperties":{},"minProperties":2})"),
+                  "'minProperties' exceeds"));
   EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"a":{},"b":{}},"required":["a","b"],"maxProperties":1})"),
                   "more required properties than 'maxProperties'"));
 }
@@ -220,4 +223,36 @@ TEST(GrammarJsonSchemaKeywords, PropertyNames) {
   EXPECT_FALSE(matches(e, R"({"bb": 1})"));
   EXPECT_FALSE(matches(e, R"({"c": 1})"));  // extras are not generated beside an enum of names
   EXPECT_TRUE(has(error_of(R"({"type":"object","propertyNames":{"format":"email"}})"), "'propertyNames' with 'format' is not supported"));
+}
+
+TEST(GrammarJsonSchemaKeywords, Dependencies) {
+  for (const char* kw : {"dependentRequired", "dependencies"}) {
+    auto g = compact(std::string(R"({"type":"object","properties":{"card":{"type":"integer"},"name":{"type":"string"},
+        "billing":{"type":"string"}},")") + kw + R"(":{"card":["billing"],"billing":["name"]}})");
+    EXPECT_TRUE(matches(g, "{}"));
+    EXPECT_TRUE(matches(g, R"({"name": "a"})"));
+    EXPECT_TRUE(matches(g, R"({"card": 1, "name": "a", "billing": "b"})"));
+    EXPECT_TRUE(matches(g, R"({"name": "a", "billing": "b"})"));
+    EXPECT_FALSE(matches(g, R"({"card": 1})")) << kw;
+    EXPECT_FALSE(matches(g, R"({"card": 1, "billing": "b"})")) << kw;  // billing needs name
+    EXPECT_FALSE(matches(g, R"({"billing": "b"})")) << kw;
+  }
+  for (const char* kw : {"dependentSchemas", "dependencies"}) {
+    auto g = compact(std::string(R"({"type":"object","properties":{"kind":{"type":"string"},"size":{"type":"integer"}},")") + kw +
+                     R"(":{"kind":{"properties":{"size":{"minimum":10}},"required":["size"]}}})");
+    EXPECT_TRUE(matches(g, R"({"size": 1})"));
+    EXPECT_TRUE(matches(g, R"({"kind": "a", "size": 10})"));
+    EXPECT_FALSE(matches(g, R"({"kind": "a", "size": 9})")) << kw;
+    EXPECT_FALSE(matches(g, R"({"kind": "a"})")) << kw;
+  }
+  // A required key's dependency is always in force; an impossible one leaves the key out.
+  EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"a":{},"b":{},"c":false},"required":["a"],
+      "dependentRequired":{"a":["b"],"b":["c"]}})"), "no object satisfies the dependencies on 'b'"));
+  EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"a":{},"c":false},"required":["a"],"dependentRequired":{"a":["c"]}})"),
+                  "no object satisfies the dependencies on 'a'"));
+  auto o = compact(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":false},
+      "dependentRequired":{"a":["b"],"b":["c"]}})");
+  EXPECT_TRUE(matches(o, "{}"));
+  EXPECT_FALSE(matches(o, R"({"b": 1})"));
+  EXPECT_FALSE(matches(o, R"({"a": 1, "b": 1})"));
 }
