@@ -187,11 +187,40 @@ class Validator {
           if (!v.contains(r.get<std::string>())) return where + ": missing required '" + r.get<std::string>() + "'";
         }
       }
+      if (s.contains("minProperties") && v.size() < s["minProperties"].get<size_t>()) return where + ": fewer than minProperties";
+      if (s.contains("maxProperties") && v.size() > s["maxProperties"].get<size_t>()) return where + ": more than maxProperties";
+      for (const char* kw : {"dependentRequired", "dependentSchemas", "dependencies"}) {
+        if (!s.contains(kw)) continue;
+        for (auto& [k, d] : s[kw].items()) {
+          if (!v.contains(k)) continue;
+          if (d.is_array()) {
+            for (const auto& r : d) {
+              if (!v.contains(r.get<std::string>())) return where + ": '" + k + "' present without '" + r.get<std::string>() + "'";
+            }
+          } else {
+            std::string e = check(d, v, where + " (" + kw + " of " + k + ")", depth + 1);
+            if (!e.empty()) return e;
+          }
+        }
+      }
       for (auto& [k, x] : v.items()) {
+        if (s.contains("propertyNames")) {
+          std::string e = check(s["propertyNames"], ojson(k), where + " (property name " + k + ")", depth + 1);
+          if (!e.empty()) return e;
+        }
+        bool matched = false;
+        if (s.contains("patternProperties")) {
+          for (auto& [pat, ps] : s["patternProperties"].items()) {
+            if (!regex_matches(pat, k, false)) continue;
+            matched = true;
+            std::string e = check(ps, x, where + "/" + k, depth + 1);
+            if (!e.empty()) return e;
+          }
+        }
         if (s.contains("properties") && s["properties"].contains(k)) {
           std::string e = check(s["properties"][k], x, where + "/" + k, depth + 1);
           if (!e.empty()) return e;
-        } else if (s.contains("additionalProperties")) {
+        } else if (!matched && s.contains("additionalProperties")) {
           std::string e = check(s["additionalProperties"], x, where + "/" + k, depth + 1);
           if (!e.empty()) return e;
         }

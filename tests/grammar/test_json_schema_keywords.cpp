@@ -8,6 +8,7 @@
 #include "grammar/grammar_cache.h"
 #include "grammar/json_schema.h"
 #include "grammar_test_util.h"
+#include "json_validator.h"
 
 using namespace deepinfer;
 using namespace deepinfer::grammar;
@@ -255,4 +256,21 @@ TEST(GrammarJsonSchemaKeywords, Dependencies) {
   EXPECT_TRUE(matches(o, "{}"));
   EXPECT_FALSE(matches(o, R"({"b": 1})"));
   EXPECT_FALSE(matches(o, R"({"a": 1, "b": 1})"));
+}
+
+TEST(GrammarJsonSchemaKeywords, TheTestValidatorRejectsWhatTheseKeywordsForbid) {
+  using ojson = nlohmann::ordered_json;
+  auto bad = [](const char* schema, const char* instance) { return validate_json(ojson::parse(schema), ojson::parse(instance)) != ""; };
+  EXPECT_TRUE(bad(R"({"patternProperties":{"^a":{"type":"integer"}},"additionalProperties":false})", R"({"ab":"x"})"));
+  EXPECT_TRUE(bad(R"({"patternProperties":{"^a":{"type":"integer"}},"additionalProperties":false})", R"({"b":1})"));
+  EXPECT_FALSE(bad(R"({"patternProperties":{"^a":{"type":"integer"}},"additionalProperties":false})", R"({"ab":1})"));
+  EXPECT_TRUE(bad(R"({"propertyNames":{"maxLength":1}})", R"({"ab":1})"));
+  EXPECT_TRUE(bad(R"({"minProperties":2})", R"({"a":1})"));
+  EXPECT_TRUE(bad(R"({"maxProperties":1})", R"({"a":1,"b":2})"));
+  EXPECT_TRUE(bad(R"({"dependentRequired":{"a":["b"]}})", R"({"a":1})"));
+  EXPECT_TRUE(bad(R"({"dependencies":{"a":{"required":["c"]}}})", R"({"a":1})"));
+  EXPECT_FALSE(bad(R"({"dependencies":{"a":{"required":["c"]}}})", R"({"b":1})"));
+  EXPECT_TRUE(bad(R"({"oneOf":[{"required":["a"]},{"required":["b"]}]})", R"({"a":1,"b":2})"));
+  EXPECT_TRUE(bad(R"({"format":"hostname"})", R"("a..b")"));
+  EXPECT_TRUE(bad(R"({"format":"uri"})", R"("no scheme")"));
 }
