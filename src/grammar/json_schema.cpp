@@ -478,17 +478,39 @@ class Converter {
     int32_t content = -1;
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) throw Error(at(path + "/pattern") + "'pattern' must be a string");
-      if (has_len) throw Error(at(path) + "'pattern' together with 'minLength'/'maxLength' is not supported");
-      if (s.contains("format")) throw Error(at(path) + "'pattern' together with 'format' is not supported");
+      if (s.contains("format")) throw Error(at(path) + "'pattern' together with 'format' is not supported (the intersection of two patterns)");
+      const std::string pattern = s["pattern"].get<std::string>();
       try {
-        content = regex_to_expr(g_, s["pattern"].get<std::string>(), {.json_string = true, .search = true});
+        if (!has_len) {
+          content = regex_to_expr(g_, pattern, {.json_string = true, .search = true});
+        } else {
+          // Strings that fully match the pattern (a subset of those it finds a match in),
+          // else strings around a match, restricted to the length range.
+          Grammar raw;
+          content = detail::restrict_length(raw, regex_to_expr(raw, pattern, {}), g_, min, max, /*json=*/true);
+          if (content < 0) {  // strings around a match
+            content = detail::restrict_length(raw, regex_to_expr(raw, pattern, {.search = true}), g_, min, max, /*json=*/true);
+          }
+          if (content < 0) {
+            throw Error("no string both matches the pattern and has a length within 'minLength'/'maxLength' (or the "
+                        "pattern's structure does not allow restricting its length)");
+          }
+        }
       } catch (const Error& e) {
         throw Error(at(path + "/pattern") + e.what());
       }
     } else if (s.contains("format")) {
       if (!s["format"].is_string()) throw Error(at(path + "/format") + "'format' must be a string");
-      content = detail::format_expr(g_, s["format"].get<std::string>(), path + "/format");
-      if (content >= 0 && has_len) throw Error(at(path) + "'format' together with 'minLength'/'maxLength' is not supported");
+      const std::string format = s["format"].get<std::string>();
+      content = detail::format_expr(g_, format, path + "/format");
+      if (content >= 0 && has_len) {
+        if (format == "json-pointer" || format == "relative-json-pointer") {
+          throw Error(at(path) + "'format' " + format + " together with 'minLength'/'maxLength' is not supported");
+        }
+        // Formats are ASCII without characters JSON escapes: bytes are code points.
+        content = detail::restrict_length(g_, content, g_, min, max, /*json=*/false);
+        if (content < 0) throw Error(at(path) + "no string of format '" + format + "' has a length within 'minLength'/'maxLength'");
+      }
     }
     if (content < 0) content = g_.repeat(json_string_char(g_), min, max);
     return g_.seq({g_.literal("\""), content, g_.literal("\"")});

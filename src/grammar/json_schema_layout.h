@@ -51,4 +51,10 @@ std::string one_of_overlap(const std::vector<ojson>& branches, const std::string
 // restricted branch generates is valid against the original branch.
 std::vector<ojson> one_of_restricted(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve);
 
+// The strings of `src`'s raw expression `e` (literals and code-point classes) whose length
+// in code points is within [lo, hi] (hi < 0: unbounded), emitted into `dst` (JSON-escaped
+// when `json`); a subset where the lengths cannot be split exactly (json_schema_length.cpp).
+// -1 when it produces nothing.
+int32_t restrict_length(const Grammar& src, int32_t e, Grammar& dst, int64_t lo, int64_t hi, bool json);
+
 }  // namespace deepinfer::grammar::detail

@@ -274,3 +274,33 @@ TEST(GrammarJsonSchemaKeywords, TheTestValidatorRejectsWhatTheseKeywordsForbid) 
   EXPECT_TRUE(bad(R"({"format":"hostname"})", R"("a..b")"));
   EXPECT_TRUE(bad(R"({"format":"uri"})", R"("no scheme")"));
 }
+
+TEST(GrammarJsonSchemaKeywords, PatternWithLengths) {
+  auto g = compact(R"({"type":"string","pattern":"^[a-z]+$","minLength":2,"maxLength":4})");
+  EXPECT_FALSE(matches(g, R"("a")"));
+  EXPECT_TRUE(matches(g, R"("ab")"));
+  EXPECT_TRUE(matches(g, R"("abcd")"));
+  EXPECT_FALSE(matches(g, R"("abcde")"));
+  EXPECT_FALSE(matches(g, R"("aB")"));
+  // Several variable parts share the room; every string stays within the bounds.
+  auto v = compact(R"({"type":"string","pattern":"^[A-Z][a-z]*-[0-9]*$","maxLength":6})");
+  EXPECT_TRUE(matches(v, R"("A-")"));
+  EXPECT_TRUE(matches(v, R"("Ab-1")"));
+  EXPECT_FALSE(matches(v, R"("Abcdef-")"));
+  EXPECT_FALSE(matches(v, R"("A-12345")"));
+  // Unanchored patterns generate full matches; escapes count as one character.
+  auto u = compact(R"({"type":"string","pattern":"\"[0-9]+","minLength":3,"maxLength":3})");
+  EXPECT_TRUE(matches(u, R"("\"12")"));
+  EXPECT_FALSE(matches(u, R"("\"1")"));
+  EXPECT_FALSE(matches(u, R"("\"123")"));
+  auto m = compact(R"({"type":"string","pattern":"^(ab)+$","minLength":3})");
+  EXPECT_FALSE(matches(m, R"("ab")"));
+  EXPECT_TRUE(matches(m, R"("abab")"));
+  auto f = compact(R"({"type":"string","format":"hostname","maxLength":5})");
+  EXPECT_TRUE(matches(f, R"("a.bc")"));
+  EXPECT_FALSE(matches(f, R"("abc.de")"));
+  EXPECT_FALSE(matches(f, R"("abcdef")"));
+  auto s = compact(R"({"type":"string","pattern":"a","minLength":3,"maxLength":4})");  // around a match
+  EXPECT_FALSE(matches(s, R"("a")"));
+  EXPECT_TRUE(has(error_of(R"({"type":"string","pattern":"^[a-z]{5}$","maxLength":3})"), "#/pattern: no string both matches"));
+}
