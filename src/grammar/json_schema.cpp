@@ -143,21 +143,38 @@ class Converter {
       for (auto& [k, v] : base.items()) has_base = has_base || is_constraint(k);
       std::vector<ojson> merged;
       std::vector<std::string> paths;
+      std::vector<size_t> index;
       for (size_t i = 0; i < branches.size(); ++i) {
         const std::string p = path + "/" + kw + "/" + std::to_string(i);
         if (branches[i] == false) continue;  // matches nothing: never the branch that holds
-        merged.push_back(has_base ? detail::merge_all_of(ojson::array({base, branches[i]}), p, resolver()) : branches[i]);
+        try {
+          ojson m = has_base ? detail::merge_all_of(ojson::array({base, branches[i]}), p, resolver()) : branches[i];
+          if (unsatisfiable(m, p)) continue;
+          merged.push_back(std::move(m));
+        } catch (const detail::Unsatisfiable&) {
+          continue;  // no value satisfies this branch: it never holds
+        }
         paths.push_back(p);
+        index.push_back(i);
       }
-      if (merged.empty()) throw Error(at(path) + "every '" + kw + "' branch is the schema 'false'");
+      if (merged.empty()) throw Error(at(path) + "no '" + kw + "' branch can be satisfied");
       if (std::string_view(kw) == "oneOf") {
-        std::string why = detail::one_of_overlap(merged, path + "/oneOf", resolver(), o_.strict);
+        std::string why = detail::one_of_overlap(merged, path + "/oneOf", resolver(), o_.strict, index);
         if (!why.empty()) {
-          // Branches told apart by their required keys: each branch leaves out a key the
-          // others require, so no generated value is valid against two branches.
-          std::vector<ojson> restricted = detail::one_of_restricted(merged, path + "/oneOf", resolver());
-          if (!detail::one_of_overlap(restricted, path + "/oneOf", resolver(), o_.strict).empty()) throw Error(why);
-          merged = std::move(restricted);
+          // Each branch leaves out a key the others require and keeps to types no other
+          // branch accepts; a branch that still overlaps another is not generated.
+          std::vector<ojson> restricted = detail::one_of_restricted(merged, path + "/oneOf", resolver(), o_.strict);
+          std::vector<bool> keep = detail::one_of_exclusive(restricted, merged, path + "/oneOf", resolver(), o_.strict);
+          std::vector<ojson> kept;
+          std::vector<std::string> kept_paths;
+          for (size_t i = 0; i < keep.size(); ++i) {
+            if (!keep[i]) continue;
+            kept.push_back(std::move(restricted[i]));
+            kept_paths.push_back(paths[i]);
+          }
+          if (kept.empty()) throw Error(why);
+          merged = std::move(kept);
+          paths = std::move(kept_paths);
         }
       }
       std::vector<int32_t> alts;
@@ -276,6 +293,41 @@ class Converter {
     std::vector<int32_t> alts;
     for (const auto& v : variants) alts.push_back(visit(v, path));
     return g_.alt(alts);
+  }
+
+  // True where the schema certainly has no valid value: an allOf (or $ref with siblings)
+  // whose members do not meet, or const/enum values none of which has the schema's type.
+  // Side-effect free (no grammar is built).
+  bool unsatisfiable(const ojson& s, const std::string& path) {
+    if (!s.is_object()) return s == false;
+    try {
+      if (s.contains("allOf") || (s.contains("$ref") && s.size() > 1)) {
+        ojson members = ojson::array();
+        ojson rest = without(s, {"allOf", "$ref"});
+        if (s.contains("$ref")) members.push_back(ojson{{"$ref", s["$ref"]}});
+        if (s.contains("allOf") && s["allOf"].is_array()) {
+          for (const auto& m : s["allOf"]) members.push_back(m);
+        }
+        members.push_back(rest);
+        detail::merge_all_of(members, path, resolver());
+      }
+    } catch (const detail::Unsatisfiable&) {
+      return true;
+    } catch (const Error&) {
+      return false;  // reported where the schema is converted
+    }
+    if ((s.contains("const") || s.contains("enum")) && s.contains("type")) {
+      std::vector<std::string> types;
+      try {
+        types = types_of(s, path);
+      } catch (const Error&) {
+        return false;
+      }
+      ojson values = s.contains("const") ? ojson::array({s["const"]}) : s["enum"];
+      if (!values.is_array()) return false;
+      return std::none_of(values.begin(), values.end(), [&](const ojson& v) { return value_has_type(v, types); });
+    }
+    return false;
   }
 
   static ojson without(const ojson& s, std::initializer_list<const char*> keys) {
@@ -621,7 +673,8 @@ class Converter {
     std::set<std::string> names;
     for (auto& [k, v] : props.items()) {
       names.insert(k);  // a `false` property never appears, not even as an additional one
-      const ojson ms = member_schema(k, &v);
+      ojson ms = member_schema(k, &v);
+      if (!required.count(k) && unsatisfiable(ms, path + "/properties/" + k)) ms = false;  // never valid: left out
       if (ms == false) {
         if (required.count(k)) throw Error(at(path + "/properties/" + k) + "required property '" + k + "' is never valid (its schema, propertyNames or a patternProperties schema is 'false')");
         continue;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
 
@@ -26,6 +27,12 @@ int32_t json_string_expr(Grammar& g);
 int32_t json_value_rule(Grammar& g, const JsonLayout& l);
 
 using ojson = nlohmann::ordered_json;
+// A schema no value satisfies (thrown by merge_all_of: types, enums or consts that do not
+// meet, a `false` member, a required key another member forbids).
+class Unsatisfiable : public Error {
+ public:
+  using Error::Error;
+};
 // "JSON schema at PATH: " (the prefix of every error).
 std::string at(const std::string& path);
 // A JSON Schema keyword that can restrict a value (not an annotation such as title, $defs,
@@ -44,12 +51,18 @@ ojson merge_all_of(const ojson& members, const std::string& path, const RefResol
 // another (types, const/enum values, object discriminators, required keys another branch
 // forbids; see json_schema_oneof.cpp), else the error naming two overlapping branches.
 // `strict`: a missing additionalProperties generates no extra keys.
+// `index`: the branches' positions in the schema's oneOf (for the message).
 std::string one_of_overlap(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve,
-                           bool strict);
+                           bool strict, const std::vector<size_t>& index);
 // The branches ($ref and allOf merged) restricted so that each never writes one key that
-// each other branch requires and it does not: `"properties": {key: false}`. Every value a
-// restricted branch generates is valid against the original branch.
-std::vector<ojson> one_of_restricted(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve);
+// each other branch requires and it does not (`"properties": {key: false}`), and, where
+// other branches name their types, generates only types none of them accepts. Every value
+// a restricted branch generates is valid against the original branch.
+std::vector<ojson> one_of_restricted(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve,
+                                     bool strict);
+// keep[i]: no value generators[i] generates is valid against acceptors[j] for any j != i.
+std::vector<bool> one_of_exclusive(const std::vector<ojson>& generators, const std::vector<ojson>& acceptors,
+                                   const std::string& path, const RefResolver& resolve, bool strict);
 
 // The strings of `src`'s raw expression `e` (literals and code-point classes) whose length
 // in code points is within [lo, hi] (hi < 0: unbounded), emitted into `dst` (JSON-escaped

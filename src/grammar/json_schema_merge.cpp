@@ -73,7 +73,7 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
           else if ((t1 == "integer" && t2 == "number") || (t1 == "number" && t2 == "integer")) out.push_back("integer");
         }
       }
-      if (out.empty()) throw Error(at(path) + "allOf: the types do not intersect");
+      if (out.empty()) throw Unsatisfiable(at(path) + "allOf: the types do not intersect");
       x = out;
     } else if (k == "patternProperties") {
       if (!x.is_object() || !v.is_object()) fail(k);
@@ -111,7 +111,7 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
       for (const auto& e : x) {
         if (std::find(v.begin(), v.end(), e) != v.end()) out.push_back(e);
       }
-      if (out.empty()) throw Error(at(path) + "allOf: the 'enum' lists have no common value");
+      if (out.empty()) throw Unsatisfiable(at(path) + "allOf: the 'enum' lists have no common value");
       x = out;
     } else if (k == "anyOf" || k == "oneOf") {
       if (x.size() * v.size() > 256) fail(k);
@@ -120,8 +120,10 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
         for (const auto& q : v) out.push_back(ojson{{"allOf", ojson::array({p, q})}});
       }
       x = out;
+    } else if (k == "const") {
+      throw Unsatisfiable(at(path) + "allOf: the 'const' values differ");
     } else {
-      fail(k);  // const, pattern, format, uniqueItems... that differ
+      fail(k);  // pattern, format, uniqueItems... that differ
     }
   }
   for (const ojson* crossed : {&crossed_a, &crossed_b}) {
@@ -139,7 +141,7 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
     if (r.contains("required")) {
       for (const auto& q : r["required"]) {
         if (q.is_string() && !allowed.count(q.get<std::string>())) {
-          throw Error(at(path) + "allOf: required property '" + q.get<std::string>() + "' is excluded by 'additionalProperties': false");
+          throw Unsatisfiable(at(path) + "allOf: required property '" + q.get<std::string>() + "' is excluded by 'additionalProperties': false");
         }
       }
     }
@@ -173,7 +175,7 @@ ojson merge_all_of(const ojson& members, const std::string& path, const RefResol
   std::function<void(const ojson&, int)> add = [&](const ojson& m, int depth) {
     if (depth > 32) throw Error(at(path) + "allOf/$ref nested too deeply");
     if (m.is_boolean()) {
-      if (!m.get<bool>()) throw Error(at(path) + "allOf contains the schema 'false'");
+      if (!m.get<bool>()) throw Unsatisfiable(at(path) + "allOf contains the schema 'false'");
       return;
     }
     if (!m.is_object()) throw Error(at(path) + "allOf members must be schemas");

@@ -196,16 +196,17 @@ class Checker {
 
 }  // namespace
 
-std::string one_of_overlap(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve, bool strict) {
+std::string one_of_overlap(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve, bool strict,
+                           const std::vector<size_t>& index) {
   Checker c(path, resolve, strict);
   std::vector<Shape> shapes;
   for (const auto& b : branches) shapes.push_back(c.shape(b));
   for (size_t i = 0; i < shapes.size(); ++i) {
     for (size_t j = 0; j < shapes.size(); ++j) {
       if (i == j || c.exclusive(shapes[i], shapes[j])) continue;
-      return at(path) + "'oneOf' branches " + std::to_string(i) + " and " + std::to_string(j) +
-             " are not provably exclusive: a value generated for branch " + std::to_string(i) +
-             " could also be valid against branch " + std::to_string(j) +
+      const std::string bi = std::to_string(index.at(i)), bj = std::to_string(index.at(j));
+      return at(path) + "'oneOf' branches " + bi + " and " + bj + " are not provably exclusive: a value generated for branch " +
+             bi + " could also be valid against branch " + bj +
              ", which 'oneOf' forbids. Make them exclusive (different types, different const/enum values, a required "
              "property with different const values, a required property the other branch does not require, or a "
              "required key the other branch forbids with \"additionalProperties\": false) or use 'anyOf'";
@@ -214,7 +215,8 @@ std::string one_of_overlap(const std::vector<ojson>& branches, const std::string
   return "";
 }
 
-std::vector<ojson> one_of_restricted(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve) {
+std::vector<ojson> one_of_restricted(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve,
+                                     bool strict) {
   std::vector<ojson> out;
   std::vector<std::set<std::string>> required;
   for (const auto& b : branches) {
@@ -227,6 +229,9 @@ std::vector<ojson> one_of_restricted(const std::vector<ojson>& branches, const s
     }
     required.push_back(std::move(r));
   }
+  Checker c(path, resolve, strict);
+  std::vector<Shape> originals;
+  for (const auto& b : branches) originals.push_back(c.shape(b));
   for (size_t i = 0; i < out.size(); ++i) {
     for (size_t j = 0; j < out.size(); ++j) {
       if (i == j) continue;
@@ -237,8 +242,40 @@ std::vector<ojson> one_of_restricted(const std::vector<ojson>& branches, const s
         break;
       }
     }
+    // Types no other branch accepts (integers count as numbers both ways).
+    std::set<std::string> types = c.shape(out[i]).gen_types;
+    for (size_t j = 0; j < out.size(); ++j) {
+      if (i == j || originals[j].values) continue;
+      std::erase_if(types, [&](const std::string& t) {
+        return std::any_of(originals[j].acc_types.begin(), originals[j].acc_types.end(), [&](const std::string& a) {
+          return types_overlap(t, a) || (t == "number" && a == "integer");
+        });
+      });
+    }
+    if (!types.empty() && types != c.shape(out[i]).gen_types) {
+      ojson list = ojson::array();
+      for (const auto& t : types) list.push_back(t);
+      try {
+        out[i] = merge_all_of(ojson::array({out[i], ojson{{"type", list}}}), path, resolve);
+      } catch (const Error&) {
+        // the types do not combine with the branch's own: left as it is
+      }
+    }
   }
   return out;
+}
+
+std::vector<bool> one_of_exclusive(const std::vector<ojson>& generators, const std::vector<ojson>& acceptors,
+                                   const std::string& path, const RefResolver& resolve, bool strict) {
+  Checker c(path, resolve, strict);
+  std::vector<bool> keep(generators.size(), true);
+  for (size_t i = 0; i < generators.size(); ++i) {
+    const Shape g = c.shape(generators[i]);
+    for (size_t j = 0; j < acceptors.size() && keep[i]; ++j) {
+      if (i != j && !c.exclusive(g, c.shape(acceptors[j]))) keep[i] = false;
+    }
+  }
+  return keep;
 }
 
 }  // namespace deepinfer::grammar::detail

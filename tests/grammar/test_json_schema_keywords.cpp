@@ -97,7 +97,11 @@ TEST(GrammarJsonSchemaKeywords, FalseAndTrueSubschemas) {
   auto a = compact(R"({"anyOf":[false,{"type":"null"}]})");
   EXPECT_TRUE(matches(a, "null"));
   EXPECT_FALSE(matches(a, "1"));
-  EXPECT_TRUE(has(error_of(R"({"anyOf":[false,false]})"), "every 'anyOf' branch is the schema 'false'"));
+  EXPECT_TRUE(has(error_of(R"({"anyOf":[false,false]})"), "no 'anyOf' branch can be satisfied"));
+  // An optional property no value satisfies is left out.
+  auto o = compact(R"({"type":"object","properties":{"a":{"type":"object","enum":["x"]},"b":{"type":"integer"}}})");
+  EXPECT_TRUE(matches(o, R"({"b": 1})"));
+  EXPECT_FALSE(matches(o, R"({"a": "x"})"));
   auto any = compact("true");
   EXPECT_TRUE(matches(any, R"({"x": [1, null]})"));
 }
@@ -114,10 +118,26 @@ TEST(GrammarJsonSchemaKeywords, OneOfBranchesToldApartByRequiredKeys) {
   EXPECT_FALSE(matches(g, R"({"length": 1, "width": 2, "radius": 3})"));
   EXPECT_FALSE(matches(g, R"({"length": 1, "radius": 3})"));
   EXPECT_FALSE(matches(g, R"({"length": 1})"));
-  // Branches whose required keys include each other's cannot be told apart that way.
-  const std::string e = error_of(R"({"type":"object","properties":{"a":{},"b":{}},"oneOf":[{"required":["a"]},{"required":["a","b"]}]})");
-  EXPECT_TRUE(has(e, "#/oneOf: 'oneOf' branches")) << e;
+  // A branch whose values always satisfy another branch too is not generated: here objects
+  // with a and b match both branches, so only objects with a and without b are written.
+  auto sub = compact(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},
+      "oneOf":[{"required":["a"]},{"required":["a","b"]}]})");
+  EXPECT_TRUE(matches(sub, R"({"a": 1})"));
+  EXPECT_FALSE(matches(sub, R"({"a": 1, "b": 2})"));
+  // Branches that cannot be told apart at all: the error names them.
+  const std::string e = error_of(R"({"oneOf":[{"type":"string"},{"type":"string","maxLength":3}]})");
+  EXPECT_TRUE(has(e, "#/oneOf: 'oneOf' branches 0 and 1")) << e;
   EXPECT_TRUE(has(e, "not provably exclusive")) << e;
+  // Types: a branch keeps to the types no other branch accepts.
+  auto t = compact(R"({"oneOf":[{},{"type":"string"},{"type":"array","items":{"type":"integer"}}]})");
+  EXPECT_TRUE(matches(t, "1"));
+  EXPECT_TRUE(matches(t, "null"));
+  EXPECT_FALSE(matches(t, R"("s")"));  // valid against branches 0 and 1
+  EXPECT_FALSE(matches(t, "[1]"));
+  // Branches no value satisfies never hold, under oneOf as under anyOf.
+  auto u = compact(R"({"oneOf":[{"allOf":[{"type":"string"},{"type":"integer"}]},{"type":"integer"}]})");
+  EXPECT_TRUE(matches(u, "3"));
+  EXPECT_FALSE(matches(u, R"("s")"));
   // Open objects: the required key of the other branch is forbidden, extras never use it.
   auto open = compact(R"({"oneOf":[{"type":"object","required":["x"],"additionalProperties":{"type":"integer"}},
       {"type":"object","required":["y"],"additionalProperties":{"type":"integer"}}]})");
