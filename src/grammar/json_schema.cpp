@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -569,7 +570,85 @@ class Converter {
   }
 
   // ---------------------------------------------------------------- arrays
+  // The values of a schema that allows only finitely many (const, enum, boolean, null),
+  // in schema order without repeats; nullopt for any other schema.
+  std::optional<std::vector<ojson>> finite_values(const ojson& s0, const std::string& path) {
+    const ojson* s = &s0;
+    for (int hop = 0; hop < 32 && s->is_object() && s->contains("$ref") && s->size() == 1 && (*s)["$ref"].is_string(); ++hop) {
+      s = &resolve((*s)["$ref"].get<std::string>(), path);
+    }
+    if (!s->is_object()) return std::nullopt;
+    for (auto& [k, v] : s->items()) {
+      if (is_constraint(k) && !kValueChecks.count(k)) return std::nullopt;
+    }
+    std::vector<std::string> types = types_of(*s, path);
+    ojson candidates;
+    if (s->contains("const")) {
+      candidates = ojson::array({(*s)["const"]});
+    } else if (s->contains("enum") && (*s)["enum"].is_array()) {
+      candidates = (*s)["enum"];
+    } else if (!types.empty() && std::all_of(types.begin(), types.end(), [](const std::string& t) { return t == "boolean" || t == "null"; })) {
+      candidates = ojson::array();
+      for (const auto& t : types) {
+        if (t == "boolean") candidates.push_back(true), candidates.push_back(false);
+        else candidates.push_back(nullptr);
+      }
+    } else {
+      return std::nullopt;
+    }
+    std::vector<ojson> out;
+    std::vector<nlohmann::json> seen;  // JSON equality: object key order ignored, 1 == 1.0
+    value_path_ = path;
+    for (const auto& v : candidates) {
+      if ((!types.empty() && !value_has_type(v, types)) || !value_in_bounds(v, *s)) continue;
+      nlohmann::json plain = v;
+      if (std::find(seen.begin(), seen.end(), plain) != seen.end()) continue;
+      seen.push_back(plain);
+      out.push_back(v);
+    }
+    return out;
+  }
+
+  // uniqueItems over a finite set of values: each value at most once, in the set's order.
+  int32_t unique_array_expr(const std::vector<ojson>& values, int32_t lo, int32_t hi, const std::string& path) {
+    const auto n = static_cast<int32_t>(values.size());
+    if (hi == kUnbounded || hi > n) hi = n;
+    if (lo > hi) throw Error(at(path) + "'minItems' exceeds the distinct values the items may take ('uniqueItems')");
+    std::vector<int32_t> item;
+    for (const auto& v : values) item.push_back(value_expr(v));
+    // suffix[k][c]: items from values k.. after c were written.
+    std::vector<std::vector<int32_t>> suffix(static_cast<size_t>(n) + 1, std::vector<int32_t>(static_cast<size_t>(hi) + 1, -1));
+    for (int32_t c = 0; c <= hi; ++c) suffix[static_cast<size_t>(n)][static_cast<size_t>(c)] = c >= lo ? g_.empty() : -1;
+    for (int32_t k = n - 1; k >= 0; --k) {
+      for (int32_t c = 0; c <= hi; ++c) {
+        std::vector<int32_t> alts;
+        const int32_t skip = suffix[static_cast<size_t>(k) + 1][static_cast<size_t>(c)];
+        if (skip >= 0) alts.push_back(skip);
+        if (c < hi && suffix[static_cast<size_t>(k) + 1][static_cast<size_t>(c) + 1] >= 0) {
+          alts.push_back(g_.seq({c > 0 ? layout_.comma : g_.empty(), item[static_cast<size_t>(k)],
+                                 suffix[static_cast<size_t>(k) + 1][static_cast<size_t>(c) + 1]}));
+        }
+        if (!alts.empty()) suffix[static_cast<size_t>(k)][static_cast<size_t>(c)] = n > 8 ? as_rule("unique", g_.alt(alts)) : g_.alt(alts);
+      }
+    }
+    int32_t all = suffix[0][0];
+    if (all < 0) throw Error(at(path) + "no array of distinct values satisfies minItems/maxItems");
+    int32_t body = lo == 0 ? g_.alt({g_.empty(), g_.seq({suffix[0][0], layout_.ws})}) : g_.seq({all, layout_.ws});
+    return g_.seq({g_.literal("["), layout_.ws, body, g_.literal("]")});
+  }
+
   int32_t array_expr(const ojson& s, const std::string& path) {
+    if (s.contains("uniqueItems") && s["uniqueItems"] == true) {
+      const int32_t lo = count_of(s, "minItems", path, 0), hi = count_of(s, "maxItems", path, kUnbounded);
+      const bool tuple = s.contains("prefixItems") || (s.contains("items") && s["items"].is_array());
+      std::optional<std::vector<ojson>> values;
+      if (!tuple) values = finite_values(s.contains("items") ? s["items"] : ojson(true), path + "/items");
+      if (values) return unique_array_expr(*values, lo, hi, path);
+      if (hi == kUnbounded || hi > 1) {
+        throw Error(at(path) + "'uniqueItems' is enforced only where the items take finitely many values (const, enum, "
+                    "boolean, null) or maxItems is at most 1: a grammar cannot compare arbitrary items");
+      }
+    }
     std::vector<int32_t> prefix;
     const ojson* items = s.contains("items") ? &s["items"] : nullptr;
     std::string items_path = path + "/items";

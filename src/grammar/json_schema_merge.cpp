@@ -120,6 +120,8 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
         for (const auto& q : v) out.push_back(ojson{{"allOf", ojson::array({p, q})}});
       }
       x = out;
+    } else if (k == "uniqueItems") {
+      x = x == true || v == true;
     } else if (k == "const") {
       throw Unsatisfiable(at(path) + "allOf: the 'const' values differ");
     } else {
@@ -164,9 +166,7 @@ void check_schema_keywords(const ojson& s, const std::string& path, bool strict_
       throw Error(at(path) + "keyword '" + k + "' is not JSON Schema vocabulary (rejected with strict_keywords)");
     }
   }
-  if (s.contains("uniqueItems") && !(s["uniqueItems"].is_boolean() && !s["uniqueItems"].get<bool>())) {
-    throw Error(at(path) + "keyword 'uniqueItems' is not supported");
-  }
+  if (s.contains("uniqueItems") && !s["uniqueItems"].is_boolean()) throw Error(at(path) + "'uniqueItems' must be a boolean");
 }
 
 ojson merge_all_of(const ojson& members, const std::string& path, const RefResolver& resolve) {

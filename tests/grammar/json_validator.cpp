@@ -160,6 +160,13 @@ class Validator {
     if (v.is_array()) {
       if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return where + ": fewer than minItems";
       if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) return where + ": more than maxItems";
+      if (s.contains("uniqueItems") && s["uniqueItems"] == true) {
+        for (size_t i = 0; i < v.size(); ++i) {
+          for (size_t j = i + 1; j < v.size(); ++j) {
+            if (json_equal(v[i], v[j])) return where + ": items " + std::to_string(i) + " and " + std::to_string(j) + " are equal";
+          }
+        }
+      }
       size_t n_prefix = 0;
       const ojson* rest = s.contains("items") ? &s["items"] : nullptr;
       const ojson* prefix = s.contains("prefixItems") ? &s["prefixItems"] : nullptr;

@@ -293,6 +293,9 @@ TEST(GrammarJsonSchemaKeywords, TheTestValidatorRejectsWhatTheseKeywordsForbid) 
   EXPECT_TRUE(bad(R"({"oneOf":[{"required":["a"]},{"required":["b"]}]})", R"({"a":1,"b":2})"));
   EXPECT_TRUE(bad(R"({"format":"hostname"})", R"("a..b")"));
   EXPECT_TRUE(bad(R"({"format":"uri"})", R"("no scheme")"));
+  EXPECT_TRUE(bad(R"({"uniqueItems":true})", R"([{"a":1,"b":2},{"b":2,"a":1}])"));
+  EXPECT_TRUE(bad(R"({"uniqueItems":true})", R"([1,1.0])"));
+  EXPECT_FALSE(bad(R"({"uniqueItems":true})", R"([1,true])"));
 }
 
 TEST(GrammarJsonSchemaKeywords, PatternWithLengths) {
@@ -323,4 +326,26 @@ TEST(GrammarJsonSchemaKeywords, PatternWithLengths) {
   auto s = compact(R"({"type":"string","pattern":"a","minLength":3,"maxLength":4})");  // around a match
   EXPECT_FALSE(matches(s, R"("a")"));
   EXPECT_TRUE(has(error_of(R"({"type":"string","pattern":"^[a-z]{5}$","maxLength":3})"), "#/pattern: no string both matches"));
+}
+
+TEST(GrammarJsonSchemaKeywords, UniqueItemsOverFiniteValues) {
+  auto g = compact(R"({"type":"array","items":{"enum":["a","b","c",1,1.0]},"uniqueItems":true,"minItems":1})");
+  EXPECT_TRUE(matches(g, R"(["a"])"));
+  EXPECT_TRUE(matches(g, R"(["a", "c", 1])"));
+  EXPECT_FALSE(matches(g, R"([])"));
+  EXPECT_FALSE(matches(g, R"(["a", "a"])"));
+  EXPECT_FALSE(matches(g, R"([1, 1.0])"));  // equal numbers
+  EXPECT_FALSE(matches(g, R"(["a", "b", "c", 1, 1.0])"));
+  auto b = compact(R"({"type":"array","items":{"type":"boolean"},"uniqueItems":true})");
+  EXPECT_TRUE(matches(b, "[true, false]"));
+  EXPECT_FALSE(matches(b, "[true, true]"));
+  EXPECT_FALSE(matches(b, "[true, false, true]"));
+  auto one = compact(R"({"type":"array","items":{"type":"string"},"uniqueItems":true,"maxItems":1})");
+  EXPECT_TRUE(matches(one, R"(["x"])"));
+  EXPECT_FALSE(matches(one, R"(["x", "y"])"));
+  EXPECT_TRUE(has(error_of(R"({"type":"array","items":{"type":"string"},"uniqueItems":true})"),
+                  "#: 'uniqueItems' is enforced only where the items take finitely many values"));
+  EXPECT_TRUE(has(error_of(R"({"type":"array","items":{"enum":[1,2]},"uniqueItems":true,"minItems":3})"),
+                  "'minItems' exceeds the distinct values"));
+  EXPECT_EQ(error_of(R"({"type":"array","items":{"type":"string"},"uniqueItems":false})"), "");
 }
