@@ -127,6 +127,15 @@ class Converter {
       if (!siblings) return g_.ref(ref_rule(s["$ref"], path));
       return visit(detail::merge_all_of(ojson::array({ojson{{"$ref", s["$ref"]}}, without(s, {"$ref"})}), path, resolver()), path);
     }
+    if (s.contains("not")) {
+      const ojson rest = without(s, {"not"});
+      const ojson addition = not_as_schema(s["not"], rest, path + "/not");
+      try {
+        return visit(detail::merge_all_of(ojson::array({rest, addition}), path, resolver()), path);
+      } catch (const detail::Unsatisfiable& e) {
+        throw Error(at(path) + "no value satisfies the schema with its 'not': " + e.what());
+      }
+    }
     if (s.contains("allOf")) {
       const ojson& all = s["allOf"];
       if (!all.is_array() || all.empty()) throw Error(at(path) + "'allOf' must be a non-empty array");
@@ -329,6 +338,100 @@ class Converter {
       return std::none_of(values.begin(), values.end(), [&](const ojson& v) { return value_has_type(v, types); });
     }
     return false;
+  }
+
+  // `not: n` beside the schema `rest`, as a schema to merge into `rest`: exact for `not`
+  // over types (their complement; a number type is left out with integer), over required
+  // keys (directly, in allOf, in anyOf: keys left out), over const/enum where `rest` lists
+  // its values, and `not: false`. Anything else is an error naming the reason.
+  ojson not_as_schema(const ojson& n0, const ojson& rest, const std::string& path) {
+    const ojson* n = &n0;
+    for (int hop = 0; hop < 32 && n->is_object() && n->contains("$ref") && n->size() == 1 && (*n)["$ref"].is_string(); ++hop) {
+      n = &resolve((*n)["$ref"].get<std::string>(), path);
+    }
+    if (*n == false) return ojson::object();
+    auto unsupported = [&]() -> Error {
+      return Error(at(path) + "'not' is enforced only over 'type', 'required' (also in allOf / anyOf of required), and "
+                   "'enum'/'const' where the schema lists its own values: a grammar cannot complement other schemas");
+    };
+    if (!n->is_object()) throw unsupported();
+    std::set<std::string> keys;
+    for (auto& [k, v] : n->items()) {
+      if (is_constraint(k)) keys.insert(k);
+    }
+    if (keys.empty()) throw Error(at(path) + "'not' of a schema every value satisfies: no value is valid");
+    std::set<std::string> rest_required;
+    if (rest.contains("required") && rest["required"].is_array()) {
+      for (const auto& r : rest["required"]) {
+        if (r.is_string()) rest_required.insert(r.get<std::string>());
+      }
+    }
+    // Required-key sets of which each must be incomplete (all of them: the anyOf form).
+    auto required_sets = [&](const ojson& x, std::vector<std::vector<std::string>>& out) -> bool {
+      std::set<std::string> ks;
+      for (auto& [k, v] : x.items()) {
+        if (is_constraint(k)) ks.insert(k);
+      }
+      if (ks != std::set<std::string>{"required"} && ks != std::set<std::string>{"required", "type"}) return false;
+      if (ks.count("type") && x["type"] != "object") return false;
+      if (!x["required"].is_array()) return false;
+      std::vector<std::string> set;
+      for (const auto& r : x["required"]) {
+        if (!r.is_string()) return false;
+        set.push_back(r.get<std::string>());
+      }
+      out.push_back(std::move(set));
+      return true;
+    };
+    std::vector<std::vector<std::string>> sets;
+    bool ok = false;
+    if (keys == std::set<std::string>{"allOf"} && (*n)["allOf"].is_array()) {
+      std::vector<std::vector<std::string>> parts;
+      ok = std::all_of((*n)["allOf"].begin(), (*n)["allOf"].end(), [&](const ojson& m) { return m.is_object() && required_sets(m, parts); });
+      std::vector<std::string> all;
+      for (const auto& p : parts) all.insert(all.end(), p.begin(), p.end());
+      if (ok) sets.push_back(all);
+    } else if (keys == std::set<std::string>{"anyOf"} && (*n)["anyOf"].is_array()) {
+      ok = std::all_of((*n)["anyOf"].begin(), (*n)["anyOf"].end(), [&](const ojson& m) { return m.is_object() && required_sets(m, sets); });
+    } else {
+      ok = required_sets(*n, sets);
+    }
+    if (ok) {
+      ojson props = ojson::object();
+      for (const auto& set : sets) {
+        auto it = std::find_if(set.begin(), set.end(), [&](const std::string& k) { return !rest_required.count(k); });
+        if (it == set.end()) throw Error(at(path) + "'not' forbids keys the schema requires: no value is valid");
+        props[*it] = false;
+      }
+      return ojson{{"properties", props}};
+    }
+    if (keys == std::set<std::string>{"type"}) {
+      std::vector<std::string> excluded = types_of(*n, path);
+      std::set<std::string> left = kTypes;
+      for (const auto& t : excluded) {
+        left.erase(t);
+        if (t == "number" || t == "integer") left.erase("number"), left.erase("integer");
+      }
+      if (left.empty()) throw Error(at(path) + "'not' excludes every type: no value is valid");
+      ojson list = ojson::array();
+      for (const auto& t : left) list.push_back(t);
+      return ojson{{"type", list}};
+    }
+    if ((keys == std::set<std::string>{"enum"} || keys == std::set<std::string>{"const"}) && (rest.contains("enum") || rest.contains("const"))) {
+      const ojson excluded = n->contains("const") ? ojson::array({(*n)["const"]}) : (*n)["enum"];
+      const ojson own = rest.contains("const") ? ojson::array({rest["const"]}) : rest["enum"];
+      if (!excluded.is_array() || !own.is_array()) throw unsupported();
+      ojson keep = ojson::array();
+      for (const auto& v : own) {
+        const nlohmann::json plain = v;
+        bool out = false;
+        for (const auto& x : excluded) out = out || (x.is_number() && v.is_number() ? x == v : nlohmann::json(x) == plain);
+        if (!out) keep.push_back(v);
+      }
+      if (keep.empty()) throw Error(at(path) + "'not' excludes every value of the schema's 'enum'/'const'");
+      return ojson{{"enum", keep}};
+    }
+    throw unsupported();
   }
 
   static ojson without(const ojson& s, std::initializer_list<const char*> keys) {

@@ -20,10 +20,10 @@ const std::set<std::string> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems",
     "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "uniqueItems", "patternProperties", "propertyNames",
-    "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies"};
+    "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies", "not"};
 // The rest of the vocabulary: assertions the compiler does not enforce (an error).
 const std::set<std::string> kUnsupported = {
-    "multipleOf", "divisibleBy", "not", "if", "then", "else", "contains", "minContains", "maxContains",
+    "multipleOf", "divisibleBy", "if", "then", "else", "contains", "minContains", "maxContains",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "disallow", "extends"};
 
 ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {

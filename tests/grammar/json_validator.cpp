@@ -126,6 +126,7 @@ class Validator {
       for (const auto& e : s["enum"]) ok = ok || json_equal(e, v);
       if (!ok) return where + ": not in enum";
     }
+    if (s.contains("not") && check(s["not"], v, where, depth + 1).empty()) return where + ": valid against 'not'";
     if (s.contains("allOf")) {
       for (const auto& sub : s["allOf"]) {
         std::string e = check(sub, v, where, depth + 1);

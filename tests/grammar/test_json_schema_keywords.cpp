@@ -296,6 +296,8 @@ TEST(GrammarJsonSchemaKeywords, TheTestValidatorRejectsWhatTheseKeywordsForbid) 
   EXPECT_TRUE(bad(R"({"uniqueItems":true})", R"([{"a":1,"b":2},{"b":2,"a":1}])"));
   EXPECT_TRUE(bad(R"({"uniqueItems":true})", R"([1,1.0])"));
   EXPECT_FALSE(bad(R"({"uniqueItems":true})", R"([1,true])"));
+  EXPECT_TRUE(bad(R"({"not":{"type":"string"}})", R"("s")"));
+  EXPECT_FALSE(bad(R"({"not":{"type":"string"}})", "1"));
 }
 
 TEST(GrammarJsonSchemaKeywords, PatternWithLengths) {
@@ -348,4 +350,31 @@ TEST(GrammarJsonSchemaKeywords, UniqueItemsOverFiniteValues) {
   EXPECT_TRUE(has(error_of(R"({"type":"array","items":{"enum":[1,2]},"uniqueItems":true,"minItems":3})"),
                   "'minItems' exceeds the distinct values"));
   EXPECT_EQ(error_of(R"({"type":"array","items":{"type":"string"},"uniqueItems":false})"), "");
+}
+
+TEST(GrammarJsonSchemaKeywords, NotOverSimpleSchemas) {
+  auto t = compact(R"({"not":{"type":["string","integer"]}})");
+  EXPECT_TRUE(matches(t, "null"));
+  EXPECT_TRUE(matches(t, "[1]"));
+  EXPECT_FALSE(matches(t, R"("s")"));
+  EXPECT_FALSE(matches(t, "1"));
+  EXPECT_FALSE(matches(t, "1.5"));  // numbers are left out with integers
+  auto r = compact(R"({"type":"object","properties":{"site":{"type":"string"},"app":{"type":"string"}},"required":["site"],
+      "not":{"allOf":[{"required":["site"]},{"required":["app"]}]}})");
+  EXPECT_TRUE(matches(r, R"({"site": "x"})"));
+  EXPECT_FALSE(matches(r, R"({"site": "x", "app": "y"})"));
+  auto a = compact(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}},
+      "not":{"anyOf":[{"required":["a"]},{"required":["b"]}]}})");
+  EXPECT_TRUE(matches(a, R"({"c": 1})"));
+  EXPECT_FALSE(matches(a, R"({"a": 1})"));
+  EXPECT_FALSE(matches(a, R"({"b": 1, "c": 1})"));
+  auto e = compact(R"({"enum":["x","y",3],"not":{"enum":["y",3.0]}})");
+  EXPECT_TRUE(matches(e, R"("x")"));
+  EXPECT_FALSE(matches(e, R"("y")"));
+  EXPECT_FALSE(matches(e, "3"));
+  auto f = compact(R"({"type":"integer","not":false})");
+  EXPECT_TRUE(matches(f, "4"));
+  EXPECT_TRUE(has(error_of(R"({"not":{}})"), "#/not: 'not' of a schema every value satisfies"));
+  EXPECT_TRUE(has(error_of(R"({"type":"string","not":{"pattern":"^a"}})"), "#/not: 'not' is enforced only over"));
+  EXPECT_TRUE(has(error_of(R"({"type":"object","required":["a"],"not":{"required":["a"]}})"), "'not' forbids keys the schema requires"));
 }
