@@ -471,7 +471,7 @@ class Converter {
     }
     if (has({"items", "prefixItems", "additionalItems", "minItems", "maxItems"})) types.push_back("array");
     if (has({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
-    if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) types.push_back("number");
+    if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) types.push_back("number");
     return types;
   }
 
@@ -527,7 +527,9 @@ class Converter {
 
   int32_t any_value() { return g_.ref(detail::json_value_rule(g_, layout_)); }
 
-  int32_t type_expr(const std::string& t, const ojson& s, const std::string& path) {
+  int32_t type_expr(const std::string& t0, const ojson& s, const std::string& path) {
+    // multipleOf 1 (the only value check_schema_keywords lets through): integers.
+    const std::string t = t0 == "number" && s.contains("multipleOf") ? "integer" : t0;
     if (t == "object") return as_rule("object", object_expr(s, path));
     if (t == "array") return as_rule("array", array_expr(s, path));
     if (t == "string") return string_expr(s, path);

@@ -161,7 +161,16 @@ bool is_constraint(const std::string& k) { return kKeywords.count(k) > 0 || kUns
 void check_schema_keywords(const ojson& s, const std::string& path, bool strict_keywords) {
   for (auto& [k, v] : s.items()) {
     if (kAnnotations.count(k) || kKeywords.count(k)) continue;
-    if (kUnsupported.count(k)) throw Error(at(path) + "keyword '" + k + "' is not supported");
+    if (kUnsupported.count(k)) {
+      if (k == "multipleOf" && v.is_number() && v == 1) continue;  // integers: enforced by the converter
+      std::string why;
+      if (k == "if" || k == "then" || k == "else") why = ": a condition on the value is not enforced by the grammar (use anyOf of the cases)";
+      else if (k == "contains" || k == "minContains" || k == "maxContains") why = ": a grammar does not count matching items";
+      else if (k == "multipleOf" || k == "divisibleBy") why = ": only multipleOf 1 is enforced (an integer)";
+      else if (k == "unevaluatedProperties" || k == "unevaluatedItems") why = ": annotation-dependent keywords are not enforced";
+      else if (k == "$dynamicRef" || k == "$recursiveRef") why = ": dynamic references are not supported";
+      throw Error(at(path) + "keyword '" + k + "' is not supported" + why);
+    }
     if (strict_keywords) {
       throw Error(at(path) + "keyword '" + k + "' is not JSON Schema vocabulary (rejected with strict_keywords)");
     }

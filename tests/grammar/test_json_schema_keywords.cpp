@@ -378,3 +378,14 @@ TEST(GrammarJsonSchemaKeywords, NotOverSimpleSchemas) {
   EXPECT_TRUE(has(error_of(R"({"type":"string","not":{"pattern":"^a"}})"), "#/not: 'not' is enforced only over"));
   EXPECT_TRUE(has(error_of(R"({"type":"object","required":["a"],"not":{"required":["a"]}})"), "'not' forbids keys the schema requires"));
 }
+
+TEST(GrammarJsonSchemaKeywords, MultipleOfOneAndReasonsForUnsupportedKeywords) {
+  auto g = compact(R"({"type":"number","multipleOf":1,"minimum":-2,"maximum":3.5})");
+  EXPECT_TRUE(matches(g, "3"));
+  EXPECT_TRUE(matches(g, "-2"));
+  EXPECT_FALSE(matches(g, "1.5"));
+  EXPECT_FALSE(matches(g, "4"));
+  EXPECT_TRUE(has(error_of(R"({"type":"integer","multipleOf":5})"), "'multipleOf' is not supported: only multipleOf 1"));
+  EXPECT_TRUE(has(error_of(R"({"if":{"required":["a"]},"then":{"required":["b"]}})"), "keyword 'if' is not supported: a condition"));
+  EXPECT_TRUE(has(error_of(R"({"type":"array","contains":{"const":1}})"), "'contains' is not supported: a grammar does not count"));
+}
