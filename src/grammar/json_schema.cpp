@@ -310,6 +310,18 @@ class Converter {
   // Side-effect free (no grammar is built).
   bool unsatisfiable(const ojson& s, const std::string& path) {
     if (!s.is_object()) return s == false;
+    // `not` of a schema without constraints ({} or true): nothing is valid.
+    auto not_everything = [](const ojson& x) {
+      if (!x.contains("not")) return false;
+      const ojson& n = x["not"];
+      if (n == true) return true;
+      if (!n.is_object()) return false;
+      for (auto& [k, v] : n.items()) {
+        if (is_constraint(k)) return false;
+      }
+      return true;
+    };
+    if (not_everything(s)) return true;
     try {
       if (s.contains("allOf") || (s.contains("$ref") && s.size() > 1)) {
         ojson members = ojson::array();
@@ -319,7 +331,7 @@ class Converter {
           for (const auto& m : s["allOf"]) members.push_back(m);
         }
         members.push_back(rest);
-        detail::merge_all_of(members, path, resolver());
+        if (not_everything(detail::merge_all_of(members, path, resolver()))) return true;
       }
     } catch (const detail::Unsatisfiable&) {
       return true;
@@ -849,7 +861,7 @@ class Converter {
       }
       if (!declared && all.empty()) all.push_back(ap);
       for (const auto& x : all) {
-        if (x == false) return false;
+        if (x == false || unsatisfiable(x, path)) return false;
       }
       return all.size() == 1 ? all[0] : ojson{{"allOf", all}};
     };
@@ -879,7 +891,7 @@ class Converter {
     std::vector<int32_t> extras;
     const bool names_restricted = names_schema && !(*names_schema == true || *names_schema == ojson::object());
     for (auto& [pat, ps] : pp.items()) {
-      if (ps == false || names_restricted) continue;
+      if (ps == false || names_restricted || unsatisfiable(ps, pp_path + "/" + pat)) continue;
       bool clash = false;
       for (const auto& nm : names) clash = clash || pattern_finds(pat, nm, pp_path + "/" + pat);
       if (clash) continue;
@@ -887,7 +899,7 @@ class Converter {
       bool usable = true;
       for (auto& [pat2, ps2] : pp.items()) {
         if (pat2 == pat) continue;
-        if (ps2 == false) usable = false;
+        if (ps2 == false || unsatisfiable(ps2, pp_path + "/" + pat2)) usable = false;
         all.push_back(ps2);
       }
       if (!usable) continue;

@@ -1,6 +1,9 @@
 // oneOf: the grammar generates the union of the branches (as anyOf), so a oneOf is accepted
 // only where no value one branch generates can also be valid against another branch. The
-// proof is conservative: what cannot be shown disjoint is an error.
+// proof is conservative: what cannot be shown disjoint is not generated. Where branches
+// overlap, the converter restricts them (one_of_restricted: a key another branch requires is
+// left out, types another branch accepts are dropped) and generates only the restricted
+// branches proven exclusive of every original branch (an error when none is).
 #include <algorithm>
 #include <cmath>
 #include <deque>

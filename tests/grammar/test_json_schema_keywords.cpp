@@ -99,7 +99,10 @@ TEST(GrammarJsonSchemaKeywords, FalseAndTrueSubschemas) {
   EXPECT_FALSE(matches(a, "1"));
   EXPECT_TRUE(has(error_of(R"({"anyOf":[false,false]})"), "no 'anyOf' branch can be satisfied"));
   // An optional property no value satisfies is left out.
-  auto o = compact(R"({"type":"object","properties":{"a":{"type":"object","enum":["x"]},"b":{"type":"integer"}}})");
+  auto o = compact(R"({"type":"object","properties":{"a":{"type":"object","enum":["x"]},"b":{"type":"integer"},
+      "c":{"not":{}},"d":{"allOf":[{"type":"string"},{"not":{"description":"anything"}}]}}})");
+  EXPECT_FALSE(matches(o, R"({"c": 1})"));
+  EXPECT_FALSE(matches(o, R"({"d": "x"})"));
   EXPECT_TRUE(matches(o, R"({"b": 1})"));
   EXPECT_FALSE(matches(o, R"({"a": "x"})"));
   auto any = compact("true");
