@@ -682,7 +682,17 @@ class Converter {
         if (content < 0) throw Error(at(path) + "no string of format '" + format + "' has a length within 'minLength'/'maxLength'");
       }
     }
-    if (content < 0) content = g_.repeat(json_string_char(g_), min, max);
+    if (content < 0) {
+      // Long counted strings are one rule per (minLength, maxLength), compiled once however
+      // many properties use it.
+      if (max != kUnbounded && max > 64) {
+        auto it = string_rules_.find({min, max});
+        if (it == string_rules_.end()) it = string_rules_.emplace(std::make_pair(min, max), as_rule("string", g_.repeat(json_string_char(g_), min, max))).first;
+        content = it->second;
+      } else {
+        content = g_.repeat(json_string_char(g_), min, max);
+      }
+    }
     return g_.seq({g_.literal("\""), content, g_.literal("\"")});
   }
 
@@ -1167,7 +1177,8 @@ class Converter {
   JsonSchemaOptions o_;
   detail::JsonLayout layout_;
   std::map<std::string, int32_t> ref_rules_;
-  std::map<std::string, PdaTables> pattern_tables_;  // patterns matched against property names
+  std::map<std::string, PdaTables> pattern_tables_;
+  std::map<std::pair<int32_t, int32_t>, int32_t> string_rules_;  // (minLength, maxLength) -> a reference to its rule  // patterns matched against property names
   const InexactNumbers& inexact_;
   std::string value_path_;  // the const/enum being converted (for errors)
   int depth_ = 0;

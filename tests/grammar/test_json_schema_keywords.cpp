@@ -392,3 +392,25 @@ TEST(GrammarJsonSchemaKeywords, MultipleOfOneAndReasonsForUnsupportedKeywords) {
   EXPECT_TRUE(has(error_of(R"({"if":{"required":["a"]},"then":{"required":["b"]}})"), "keyword 'if' is not supported: a condition"));
   EXPECT_TRUE(has(error_of(R"({"type":"array","contains":{"const":1}})"), "'contains' is not supported: a grammar does not count"));
 }
+
+TEST(GrammarJsonSchemaKeywords, LongStringsSharedAcrossProperties) {
+  // 60 properties of up to 3,000 characters: one compiled rule, not 60 copies (which exceed
+  // the automaton size limits).
+  std::string s = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 60; ++i) {
+    if (i > 0) s += ",";
+    s += "\"p";
+    s += std::to_string(i);
+    s += R"(":{"type":"string","maxLength":3000})";
+  }
+  s += R"(},"required":["p59"]})";
+  auto g = compact(s);
+  std::string ok = "{\"p59\": \"";
+  ok.append(3000, 'x');
+  std::string too_long = ok;
+  too_long += "x\"}";
+  ok += "\"}";
+  EXPECT_TRUE(matches(g, ok));
+  EXPECT_FALSE(matches(g, too_long));
+  EXPECT_TRUE(matches(g, R"({"p0": "a", "p59": ""})"));
+}
