@@ -322,6 +322,14 @@ class Converter {
       return true;
     };
     if (not_everything(s)) return true;
+    // An object-only schema requiring a key that additionalProperties: false forbids.
+    if (s.contains("type") && (s["type"] == "object" || s["type"] == ojson::array({"object"})) && s.contains("required") &&
+        s["required"].is_array() && s.contains("additionalProperties") && s["additionalProperties"] == false &&
+        !s.contains("patternProperties")) {
+      for (const auto& r : s["required"]) {
+        if (r.is_string() && !(s.contains("properties") && s["properties"].is_object() && s["properties"].contains(r.get<std::string>()))) return true;
+      }
+    }
     try {
       if (s.contains("allOf") || (s.contains("$ref") && s.size() > 1)) {
         ojson members = ojson::array();
@@ -869,7 +877,10 @@ class Converter {
       for (auto& [pat, ps] : pp.items()) {
         if (pattern_finds(pat, name, pp_path + "/" + pat)) all.push_back(ps);
       }
-      if (!declared && all.empty()) all.push_back(ap);
+      // An undeclared key (a required one: additional keys are generated apart) takes
+      // additionalProperties, or any value where the schema leaves it out (strict mode only
+      // stops the generation of other keys).
+      if (!declared && all.empty()) all.push_back(s.contains("additionalProperties") ? ap : ojson(true));
       for (const auto& x : all) {
         if (x == false || unsatisfiable(x, path)) return false;
       }

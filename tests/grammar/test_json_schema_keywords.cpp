@@ -414,3 +414,17 @@ TEST(GrammarJsonSchemaKeywords, LongStringsSharedAcrossProperties) {
   EXPECT_FALSE(matches(g, too_long));
   EXPECT_TRUE(matches(g, R"({"p0": "a", "p59": ""})"));
 }
+
+TEST(GrammarJsonSchemaKeywords, RequiredKeysWithoutAPropertySchema) {
+  // additionalProperties left out: a required undeclared key takes any value (no other extra keys).
+  auto g = compact(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a","id"]})");
+  EXPECT_TRUE(matches(g, R"({"a": 1, "id": "x"})"));
+  EXPECT_TRUE(matches(g, R"({"a": 1, "id": [1, {}]})"));
+  EXPECT_FALSE(matches(g, R"({"a": 1})"));
+  EXPECT_FALSE(matches(g, R"({"a": 1, "id": 2, "z": 3})"));
+  EXPECT_TRUE(has(error_of(R"({"type":"object","required":["id"],"additionalProperties":false})"), "required property 'id' is not allowed"));
+  // An anyOf branch that cannot hold is left out.
+  auto b = compact(R"({"anyOf":[{"type":"object","required":["id"],"additionalProperties":false},{"type":"integer"}]})");
+  EXPECT_TRUE(matches(b, "1"));
+  EXPECT_FALSE(matches(b, "{}"));
+}
