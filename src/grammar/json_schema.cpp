@@ -649,7 +649,20 @@ class Converter {
     return static_cast<int32_t>(v.get<int64_t>());
   }
 
+  // Strings with a pattern or format are one rule per (pattern, format, minLength,
+  // maxLength): a schema that repeats them compiles each once (small ones are inlined).
   int32_t string_expr(const ojson& s, const std::string& path) {
+    if (!s.contains("pattern") && !s.contains("format")) return string_expr_uncached(s, path);
+    std::string key;
+    for (const char* k : {"pattern", "format", "minLength", "maxLength"}) key += (s.contains(k) ? s[k].dump() : "-") + "\x01";
+    auto it = string_rules_.find(key);
+    if (it != string_rules_.end()) return it->second;
+    const int32_t e = as_rule("string", string_expr_uncached(s, path));
+    string_rules_.emplace(key, e);
+    return e;
+  }
+
+  int32_t string_expr_uncached(const ojson& s, const std::string& path) {
     const int32_t min = count_of(s, "minLength", path, 0), max = count_of(s, "maxLength", path, kUnbounded);
     if (max != kUnbounded && max < min) throw Error(at(path) + "'maxLength' is below 'minLength'");
     const bool has_len = s.contains("minLength") || s.contains("maxLength");
@@ -694,8 +707,9 @@ class Converter {
       // Long counted strings are one rule per (minLength, maxLength), compiled once however
       // many properties use it.
       if (max != kUnbounded && max > 64) {
-        auto it = string_rules_.find({min, max});
-        if (it == string_rules_.end()) it = string_rules_.emplace(std::make_pair(min, max), as_rule("string", g_.repeat(json_string_char(g_), min, max))).first;
+        const std::string key = std::to_string(min) + "," + std::to_string(max);
+        auto it = string_rules_.find(key);
+        if (it == string_rules_.end()) it = string_rules_.emplace(key, as_rule("string", g_.repeat(json_string_char(g_), min, max))).first;
         content = it->second;
       } else {
         content = g_.repeat(json_string_char(g_), min, max);
@@ -1189,7 +1203,7 @@ class Converter {
   detail::JsonLayout layout_;
   std::map<std::string, int32_t> ref_rules_;
   std::map<std::string, PdaTables> pattern_tables_;
-  std::map<std::pair<int32_t, int32_t>, int32_t> string_rules_;  // (minLength, maxLength) -> a reference to its rule  // patterns matched against property names
+  std::map<std::string, int32_t> string_rules_;  // string keywords -> a reference to their rule  // patterns matched against property names
   const InexactNumbers& inexact_;
   std::string value_path_;  // the const/enum being converted (for errors)
   int depth_ = 0;
