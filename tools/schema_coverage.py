@@ -108,9 +108,9 @@ def main():
                 subsets[s] = files if args.per_subset <= 0 else sorted(rng.sample(files, min(args.per_subset, len(files))))
         else:
             for s, entries in list_git(args.git, tmp).items():
-                pick = entries if args.per_subset <= 0 else rng.sample(entries, min(args.per_subset + 10, len(entries)))
-                files = materialise(args.git, sorted(pick, key=lambda e: e[1]), tmp)
-                subsets[s] = files if args.per_subset <= 0 else files[:args.per_subset]
+                # The same sample as --data on a checkout (files absent from the copy are skipped).
+                pick = entries if args.per_subset <= 0 else rng.sample(entries, min(args.per_subset, len(entries)))
+                subsets[s] = materialise(args.git, sorted(pick, key=lambda e: e[1]), tmp)
         order = [(s, f) for s in sorted(subsets) for f in subsets[s]]
         cmd = [args.tool, "--walks", str(args.walks), "--budget", str(args.budget)]
         if args.strict_keywords:
@@ -119,7 +119,9 @@ def main():
         if proc.returncode != 0:
             sys.exit(f"{args.tool} failed: {proc.stderr[-2000:]}")
         results = {}
-        for line in proc.stdout.splitlines():
+        for line in proc.stdout.split("\n"):  # not splitlines(): outputs may hold U+2028, U+0085, ...
+            if not line:
+                continue
             r = json.loads(line)
             results[r["file"]] = r
         stats = collections.defaultdict(collections.Counter)

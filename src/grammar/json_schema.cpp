@@ -880,6 +880,11 @@ class Converter {
     if (max_props != kUnbounded && max_props < min_props) throw Error(at(path) + "'maxProperties' is below 'minProperties'");
     const ojson* names_schema = s.contains("propertyNames") ? &s["propertyNames"] : nullptr;
     const std::string pn_path = path + "/propertyNames";
+    for (int hop = 0; hop < 32 && names_schema && names_schema->is_object() && names_schema->size() == 1 &&
+                      names_schema->contains("$ref") && (*names_schema)["$ref"].is_string();
+         ++hop) {
+      names_schema = &resolve((*names_schema)["$ref"].get<std::string>(), pn_path);
+    }
     if (names_schema) check_property_names_schema(*names_schema, pn_path);
     // The schema a member named `name` must satisfy: its declared schema (or, undeclared,
     // additionalProperties) and every patternProperties schema whose pattern matches it;

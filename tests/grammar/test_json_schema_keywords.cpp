@@ -247,6 +247,10 @@ TEST(GrammarJsonSchemaKeywords, PropertyNames) {
   EXPECT_FALSE(matches(e, R"({"bb": 1})"));
   EXPECT_FALSE(matches(e, R"({"c": 1})"));  // extras are not generated beside an enum of names
   EXPECT_TRUE(has(error_of(R"({"type":"object","propertyNames":{"format":"email"}})"), "'propertyNames' with 'format' is not supported"));
+  auto r = compact(R"({"type":"object","properties":{"ok":{},"NO":{}},"propertyNames":{"$ref":"#/$defs/n"},
+      "$defs":{"n":{"type":"string","pattern":"^[a-z]+$"}}})");
+  EXPECT_TRUE(matches(r, R"({"ok": 1})"));
+  EXPECT_FALSE(matches(r, R"({"NO": 1})"));
 }
 
 TEST(GrammarJsonSchemaKeywords, Dependencies) {
