@@ -157,6 +157,19 @@ class Checker {
       }
       if (all) return true;
     }
+    // Arrays: a always writes at least one item, its items are never valid against b's
+    // items schema, and b's items schema applies to every item.
+    if (a.gen_types == std::set<std::string>{"array"} && a.schema && b.schema && !a.values && depth < 8) {
+      const ojson& as = *a.schema;
+      const ojson& bs = *b.schema;
+      auto single_items = [](const ojson& x) {
+        return x.contains("items") && !x["items"].is_array() && !x.contains("prefixItems");
+      };
+      const bool nonempty = as.contains("minItems") && as["minItems"].is_number_integer() && as["minItems"].get<int64_t>() >= 1;
+      if (nonempty && single_items(as) && single_items(bs) && exclusive(shape(as["items"]), shape(bs["items"]), depth + 1)) {
+        return true;
+      }
+    }
     // Objects: a always writes a required key that b rejects (a different const/enum or
     // type, or a key b forbids), or b requires a key a never writes.
     if (a.gen_types == std::set<std::string>{"object"} && a.schema && b.schema && !a.values) {
@@ -243,6 +256,19 @@ std::vector<ojson> one_of_restricted(const std::vector<ojson>& branches, const s
         if (!out[i].contains("properties") || !out[i]["properties"].is_object()) out[i]["properties"] = ojson::object();
         out[i]["properties"][k] = false;
         break;
+      }
+    }
+    // Arrays: at least one item where another branch accepts arrays (the empty array would
+    // be valid against both).
+    const Shape own = c.shape(out[i]);
+    const bool max_zero = out[i].contains("maxItems") && out[i]["maxItems"] == 0;
+    const bool min_zero = !out[i].contains("minItems") || out[i]["minItems"] == 0;
+    if (own.gen_types == std::set<std::string>{"array"} && min_zero && !max_zero) {
+      for (size_t j = 0; j < out.size(); ++j) {
+        if (i != j && originals[j].acc_types.count("array")) {
+          out[i]["minItems"] = 1;
+          break;
+        }
       }
     }
     // Types no other branch accepts (integers count as numbers both ways).

@@ -137,6 +137,12 @@ TEST(GrammarJsonSchemaKeywords, OneOfBranchesToldApartByRequiredKeys) {
   EXPECT_TRUE(matches(t, "null"));
   EXPECT_FALSE(matches(t, R"("s")"));  // valid against branches 0 and 1
   EXPECT_FALSE(matches(t, "[1]"));
+  // Arrays whose items exclude each other: the empty array (valid against both) is left out.
+  auto arr = compact(R"({"oneOf":[{"type":"array","items":{"type":"number"}},{"type":"array","items":{"type":"string"}}]})");
+  EXPECT_TRUE(matches(arr, "[1, 2]"));
+  EXPECT_TRUE(matches(arr, R"(["a"])"));
+  EXPECT_FALSE(matches(arr, "[]"));
+  EXPECT_FALSE(matches(arr, R"([1, "a"])"));
   // Branches no value satisfies never hold, under oneOf as under anyOf.
   auto u = compact(R"({"oneOf":[{"allOf":[{"type":"string"},{"type":"integer"}]},{"type":"integer"}]})");
   EXPECT_TRUE(matches(u, "3"));
