@@ -983,8 +983,9 @@ class Converter {
     for (const auto& p : list) n_required += p.required ? 1 : 0;
     if (hi != kUnbounded && n_required > hi) throw Error(at(path) + "more required properties than 'maxProperties'");
     // Additional keys may repeat one another (a JSON parser keeps one of them), so they count
-    // towards maxProperties but not towards minProperties.
-    if (static_cast<int32_t>(n) < lo) {
+    // towards maxProperties, and towards minProperties as one at most (at least one distinct
+    // key when any is written).
+    if (static_cast<int32_t>(n) + (extra >= 0 ? 1 : 0) < lo) {
       throw Error(at(path) + "'minProperties' exceeds the declared properties that may appear (additional keys could repeat one another)");
     }
     std::vector<int32_t> member(n);
@@ -993,9 +994,10 @@ class Converter {
     const int32_t cap = hi != kUnbounded ? hi : lo;
     auto capped = [&](int32_t c) { return std::min(c, cap); };
     auto extras_from = [&](int32_t c) -> int32_t {  // the trailing extras after c declared members
-      if (c < lo) return -1;
-      if (extra < 0 || (hi != kUnbounded && c >= hi)) return g_.empty();
-      return g_.repeat(g_.seq({layout_.comma, extra}), 0, hi == kUnbounded ? kUnbounded : hi - c);
+      const int32_t need = c >= lo ? 0 : 1;  // one distinct additional key at most counts
+      if (c + need < lo) return -1;
+      if (extra < 0 || (hi != kUnbounded && c >= hi)) return need > 0 ? -1 : g_.empty();
+      return g_.repeat(g_.seq({layout_.comma, extra}), need, hi == kUnbounded ? kUnbounded : hi - c);
     };
     const bool share = n > 8;
     if (static_cast<size_t>(cap + 1) * (n + 1) > 200000) throw Error(at(path) + "'minProperties'/'maxProperties' too large for this many properties");
@@ -1024,7 +1026,7 @@ class Converter {
       }
       all_optional_before = !list[j].required;
     }
-    if (all_optional_before && extra >= 0 && lo == 0 && (hi == kUnbounded || hi >= 1)) {
+    if (all_optional_before && extra >= 0 && lo <= 1 && (hi == kUnbounded || hi >= 1)) {
       firsts.push_back(g_.seq({extra, g_.repeat(g_.seq({layout_.comma, extra}), 0, hi == kUnbounded ? kUnbounded : hi - 1)}));
     }
     const bool can_be_empty = all_optional_before && lo == 0;

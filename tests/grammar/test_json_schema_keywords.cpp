@@ -222,15 +222,21 @@ TEST(GrammarJsonSchemaKeywords, MinAndMaxProperties) {
   EXPECT_TRUE(matches(g, R"({"a": 1, "c": 2})"));
   EXPECT_FALSE(matches(g, R"({"a": 1, "b": 2, "c": 3})"));
   // Additional keys may repeat one another (a parser keeps one): they count towards
-  // maxProperties but never towards minProperties.
+  // maxProperties, and towards minProperties as one at most.
   auto x = compact(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},
-      "additionalProperties":{"type":"null"},"minProperties":1,"maxProperties":3})");
+      "additionalProperties":{"type":"null"},"minProperties":2,"maxProperties":3})");
   EXPECT_FALSE(matches(x, R"({"q": null})"));
+  EXPECT_FALSE(matches(x, R"({"q": null, "r": null})"));
   EXPECT_FALSE(matches(x, R"({})"));
   EXPECT_TRUE(matches(x, R"({"a": 1, "q": null})"));
   EXPECT_TRUE(matches(x, R"({"b": 1, "q": null, "r": null})"));
+  EXPECT_TRUE(matches(x, R"({"a": 1, "b": 2})"));
   EXPECT_FALSE(matches(x, R"({"a": 1, "b": 2, "q": null, "r": null})"));
-  EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"a":{}},"additionalProperties":{},"minProperties":2})"),
+  auto map = compact(R"({"type":"object","additionalProperties":{"type":"integer"},"minProperties":1})");
+  EXPECT_FALSE(matches(map, "{}"));
+  EXPECT_TRUE(matches(map, R"({"k": 1})"));
+  EXPECT_TRUE(matches(map, R"({"k": 1, "j": 2})"));
+  EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"a":{}},"additionalProperties":{},"minProperties":3})"),
                   "'minProperties' exceeds"));
   EXPECT_TRUE(has(error_of(R"({"type":"object","properties":{"a":{},"b":{}},"required":["a","b"],"maxProperties":1})"),
                   "more required properties than 'maxProperties'"));
