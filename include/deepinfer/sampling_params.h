@@ -20,6 +20,7 @@ struct StructuredOutput {
   Kind kind = Kind::kJsonSchema;
   std::string source;          // the schema (JSON text), the regex or the grammar; "" for kJsonObject
   bool any_whitespace = true;  // JSON kinds: white space between tokens (else exactly ", " and ": ")
+  bool strict_keywords = false;  // kJsonSchema: reject keywords outside JSON Schema (else ignored)
 };
 
 struct SamplingParams {

@@ -12,6 +12,7 @@ namespace deepinfer::grammar {
 Grammar grammar_of(const StructuredOutput& so) {
   JsonSchemaOptions jo;
   jo.any_whitespace = so.any_whitespace;
+  jo.strict_keywords = so.strict_keywords;
   switch (so.kind) {
     case StructuredOutput::Kind::kJsonSchema: return json_schema_to_grammar(std::string_view(so.source), jo);
     case StructuredOutput::Kind::kRegex: return regex_to_grammar(so.source);
@@ -28,6 +29,7 @@ GrammarCache::Result GrammarCache::get(const StructuredOutput& so, core::ThreadP
   std::string key;
   key += static_cast<char>('0' + static_cast<int>(so.kind));
   key += so.any_whitespace ? 'w' : 'c';
+  key += so.strict_keywords ? 's' : 'l';
   key += so.source;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,25 +1,39 @@
 // JSON Schema (and "any JSON") to Grammar.
 //
-// Purpose: the `json_schema` and `json_object` structured-output kinds. Supported: type
-// (one or a list), properties (generated in the schema's order), required,
-// additionalProperties (false / true / a schema), items, prefixItems (and draft-7 tuple
-// `items` with additionalItems), minItems / maxItems, enum, const, anyOf, oneOf (generated as anyOf, so accepted only
-// where the branches provably exclude each other; see json_schema_oneof.cpp), allOf (merged:
-// types intersect, properties and required unite, bounds tighten), $ref into the document
-// ("#", "#/$defs/x", "#/definitions/x", any JSON pointer) including recursion, string
-// minLength / maxLength / pattern (unanchored unless ^ / $, see grammar/regex_parser.h) /
-// format (date, time, date-time, email, uuid, ipv4), integer and number minimum / maximum /
-// exclusiveMinimum / exclusiveMaximum (any size: bounds are handled as decimal strings, and a
-// number the JSON parser rounded is an error;
-// bounded numbers are written without exponent). Numbers stay finite doubles in every JSON
-// parser: an integer part without an upper bound has at most 16 digits (or the lower
-// bound's length), fractions at most 16 digits (15 significant digits next to a bound, so
-// double-precision validators agree at the boundary), exponents at most 2 digits. Annotations (title, description, default,
-// examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, ...) are ignored;
-// unknown format names are ignored as the specification says; every other keyword
-// (multipleOf, uniqueItems, patternProperties, not, if/then/else, ...) and combinations we
-// cannot enforce (pattern with minLength, two patterns in allOf) are a deepinfer::Error
-// naming the keyword and its location, so an accepted schema never yields invalid output.
+// Purpose: the `json_schema` and `json_object` structured-output kinds. The rule: every
+// value the grammar generates is valid against the schema; a keyword the grammar cannot
+// enforce is a deepinfer::Error naming it, its location and the reason. Where a keyword is
+// enforced on a subset of its valid values, the subset is named below.
+// Enforced exactly: type (one or a list), properties (generated in the schema's order),
+// required, additionalProperties (false / true / a schema), patternProperties (a declared name
+// takes the schemas of the patterns it matches), propertyNames (type string, enum, const,
+// pattern, minLength, maxLength), minProperties / maxProperties, items, prefixItems (and
+// draft-04..07 tuple `items` with additionalItems), minItems / maxItems, enum, const, anyOf,
+// allOf (merged: types intersect, properties and required unite, bounds tighten), $ref into
+// the document ("#", "#/$defs/x", "#/definitions/x", any JSON pointer) including recursion,
+// string minLength / maxLength / pattern (unanchored unless ^ / $, see grammar/regex_parser.h),
+// integer and number minimum / maximum / exclusiveMinimum / exclusiveMaximum (draft-04's
+// boolean forms too; any size: bounds are handled as decimal strings, and a number the JSON
+// parser rounded is an error; bounded numbers are written without exponent), multipleOf 1,
+// uniqueItems over items with finitely many values (const, enum, boolean, null) or
+// maxItems <= 1, dependentRequired / dependentSchemas / dependencies (objects with and
+// without each key; json_schema.cpp dependencies_expr), `not` over types, required keys and
+// enum/const beside the schema's own values, `true` / `false` subschemas (a `false`
+// property never appears).
+// Enforced on a subset: formats (date, time, date-time, duration, email, idn-email,
+// hostname, idn-hostname, uri, uri-reference, iri, iri-reference, ipv4, ipv6, uuid,
+// json-pointer, relative-json-pointer; unknown names are ignored as the specification says),
+// pattern or format with minLength / maxLength (grammar/json_schema_length.cpp), keys from
+// patternProperties (only patterns no declared name matches; values satisfy every pattern's
+// schema), additional keys beside propertyNames (only for a lone pattern), oneOf (branches
+// restricted until no generated value is valid against two branches, a branch that cannot
+// be is left out; see json_schema_oneof.cpp).
+// Keywords outside the JSON Schema vocabulary (x-*, OpenAPI's example, Snowplow's self) and
+// annotations (title, description, default, examples, $schema, $id, id, $comment,
+// deprecated, readOnly, writeOnly, ...) are ignored; with JsonSchemaOptions::strict_keywords a
+// keyword outside the vocabulary is an error. Not enforced (an error): if / then / else,
+// contains, multipleOf other than 1, unevaluatedProperties / unevaluatedItems, $dynamicRef,
+// pattern with format, other `not` and overlapping oneOf branches.
 // Output shape: with any_whitespace, JSON white space may appear between tokens (not before
 // or after the top value); otherwise separators are exactly ", " and ": ". Strings use
 // JSON escapes; a string's characters are counted as decoded code points.
@@ -41,6 +55,9 @@ struct JsonSchemaOptions {
   bool any_whitespace = true;
   int max_whitespace = -1;  // with any_whitespace: longest run between tokens (-1: unbounded)
   bool strict = true;
+  // Reject keywords outside the JSON Schema vocabulary (x-*, OpenAPI's example, ...), which
+  // are otherwise ignored as the specification says.
+  bool strict_keywords = false;
 };
 
 // `schema_text`: the schema as JSON text (errors name the parse position).

@@ -1,4 +1,5 @@
-// String formats (date, time, date-time, email, uuid, ipv4) and the any-JSON grammar.
+// String formats and the any-JSON grammar. A format generates a subset of its valid strings
+// (every generated string is valid under the format's RFC and Python jsonschema's checker).
 #include "core/error.h"
 #include "grammar/json_schema.h"
 #include "grammar/json_schema_layout.h"
@@ -64,6 +65,53 @@ int32_t ipv4(Grammar& g) {
   return g.seq({octet(), lit(g, "."), octet(), lit(g, "."), octet(), lit(g, "."), octet()});
 }
 
+// RFC 1123 host names (what a host name validator accepts): one to three labels of letters,
+// digits and inner hyphens, at most 63 characters each; the last label starts with a letter
+// (never all-numeric).
+int32_t hostname(Grammar& g) {
+  auto alnum = [&] { return cls(g, {{'0', '9'}, {'a', 'z'}}); };
+  auto tail = [&] { return g.optional(g.seq({g.repeat(cls(g, {{'-', '-'}, {'0', '9'}, {'a', 'z'}}), 0, 61), alnum()})); };
+  int32_t label = g.seq({alnum(), tail()});
+  int32_t last = g.seq({cls(g, {{'a', 'z'}}), tail()});
+  return g.seq({g.repeat(g.seq({label, lit(g, ".")}), 0, 2), last});
+}
+
+// Absolute URIs (RFC 3986, also valid IRIs and URI/IRI references): scheme "://" host name,
+// then path segments, a query and a fragment of unreserved characters (plus = and & in the
+// query).
+int32_t uri(Grammar& g) {
+  auto unreserved = [&](std::vector<CodeRange> extra) {
+    std::vector<CodeRange> r = {{'-', '.'}, {'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}, {'~', '~'}};
+    r.insert(r.end(), extra.begin(), extra.end());
+    return g.star(g.char_class(std::move(r)));
+  };
+  int32_t scheme = g.seq({cls(g, {{'a', 'z'}}), g.repeat(cls(g, {{'+', '+'}, {'-', '.'}, {'0', '9'}, {'a', 'z'}}), 0, 15)});
+  int32_t path = g.star(g.seq({lit(g, "/"), unreserved({})}));
+  int32_t query = g.optional(g.seq({lit(g, "?"), unreserved({{'&', '&'}, {'=', '='}})}));
+  int32_t fragment = g.optional(g.seq({lit(g, "#"), unreserved({})}));
+  return g.seq({scheme, lit(g, "://"), hostname(g), path, query, fragment});
+}
+
+// IPv6 in its full form: eight groups of one to four hex digits.
+int32_t ipv6(Grammar& g) {
+  auto h16 = [&] { return g.repeat(cls(g, {{'0', '9'}, {'a', 'f'}}), 1, 4); };
+  return g.seq({h16(), g.repeat(g.seq({lit(g, ":"), h16()}), 7, 7)});
+}
+
+// JSON pointers (RFC 6901): "/"-separated tokens, '~' only as ~0 or ~1.
+int32_t json_pointer(Grammar& g) {
+  int32_t ch = json_char_class(g, normalize_ranges({{'/', '/'}, {'~', '~'}}, true));
+  int32_t token = g.star(g.alt({ch, lit(g, "~0"), lit(g, "~1")}));
+  return g.star(g.seq({lit(g, "/"), token}));
+}
+
+// Durations (RFC 3339 appendix A): PnD, PnW or PTnH / PTnM / PTnS.
+int32_t duration(Grammar& g) {
+  int32_t n = g.seq({cls(g, {{'1', '9'}}), g.repeat(digit(g), 0, 3)});
+  return g.alt({g.seq({lit(g, "P"), n, cls(g, {{'D', 'D'}, {'W', 'W'}})}),
+                g.seq({lit(g, "PT"), n, cls(g, {{'H', 'H'}, {'M', 'M'}, {'S', 'S'}})})});
+}
+
 }  // namespace
 
 int32_t format_expr(Grammar& g, std::string_view format, const std::string& where) {
@@ -73,11 +121,22 @@ int32_t format_expr(Grammar& g, std::string_view format, const std::string& wher
   if (format == "email") return email(g);
   if (format == "uuid") return uuid(g);
   if (format == "ipv4") return ipv4(g);
-  for (const char* known : {"ipv6", "hostname", "idn-hostname", "idn-email", "uri", "uri-reference", "iri", "iri-reference",
-                            "uri-template", "json-pointer", "relative-json-pointer", "regex", "duration"}) {
+  if (format == "ipv6") return ipv6(g);
+  if (format == "hostname" || format == "idn-hostname") return hostname(g);
+  if (format == "idn-email") return email(g);
+  if (format == "uri" || format == "uri-reference" || format == "iri" || format == "iri-reference") return uri(g);
+  if (format == "json-pointer") return json_pointer(g);
+  if (format == "relative-json-pointer") {
+    int32_t n = g.alt({lit(g, "0"), g.seq({cls(g, {{'1', '9'}}), g.repeat(digit(g), 0, 5)})});
+    return g.seq({n, g.alt({lit(g, "#"), json_pointer(g)})});
+  }
+  if (format == "duration") return duration(g);
+  for (const char* known : {"uri-template", "regex"}) {
     if (format == known) {
       throw Error("JSON schema at " + where + ": format '" + std::string(format) +
-                  "' is not supported (supported: date, time, date-time, email, uuid, ipv4)");
+                  "' is not supported (supported: date, time, date-time, duration, email, idn-email, hostname, "
+                  "idn-hostname, ipv4, ipv6, uri, uri-reference, iri, iri-reference, json-pointer, "
+                  "relative-json-pointer, uuid)");
     }
   }
   return -1;

@@ -9,13 +9,22 @@
 namespace deepinfer::grammar::detail {
 namespace {
 
+// Keywords of the JSON Schema vocabularies (draft-04 to 2020-12) that never restrict a value:
+// annotations, identifiers, definitions containers.
 const std::set<std::string> kAnnotations = {
-    "title", "description", "default", "examples", "example", "$schema", "$id", "$comment", "deprecated", "readOnly",
-    "writeOnly", "$anchor", "contentEncoding", "contentMediaType", "$defs", "definitions"};
+    "title", "description", "default", "examples", "$schema", "$id", "id", "$comment", "deprecated", "readOnly",
+    "writeOnly", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "contentEncoding", "contentMediaType",
+    "contentSchema", "$defs", "definitions"};
+// Assertions and applicators the compiler enforces.
 const std::set<std::string> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems",
     "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "uniqueItems"};
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "uniqueItems", "patternProperties", "propertyNames",
+    "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies", "not"};
+// The rest of the vocabulary: assertions the compiler does not enforce (an error).
+const std::set<std::string> kUnsupported = {
+    "multipleOf", "divisibleBy", "if", "then", "else", "contains", "minContains", "maxContains",
+    "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "disallow", "extends"};
 
 ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
   ojson r = a;
@@ -27,9 +36,14 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
     if (!other.contains("additionalProperties") || !other["additionalProperties"].is_object()) return;
     for (auto& [p, ps] : owner["properties"].items()) {
       const bool declared = other.contains("properties") && other["properties"].is_object() && other["properties"].contains(p);
-      if (!declared) out_props[p] = ojson{{"allOf", ojson::array({ps, other["additionalProperties"]})}};
+      if (!declared) out_props[p] = ps == false ? ps : ojson{{"allOf", ojson::array({ps, other["additionalProperties"]})}};
     }
   };
+  // Keys from one member's patternProperties are additional properties for the other.
+  auto opens = [](const ojson& s) { return !s.contains("additionalProperties") || s["additionalProperties"] == true; };
+  if ((a.contains("patternProperties") && !opens(b)) || (b.contains("patternProperties") && !opens(a))) {
+    fail("patternProperties' with 'additionalProperties");
+  }
   ojson crossed_a = ojson::object(), crossed_b = ojson::object();
   cross(a, b, crossed_a);
   cross(b, a, crossed_b);
@@ -43,7 +57,7 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
   };
   for (auto& [k, v] : b.items()) {
     if (!is_constraint(k)) continue;
-    check_schema_keywords(ojson{{k, v}}, path);
+    check_schema_keywords(ojson{{k, v}}, path, false);
     if (!r.contains(k)) {
       r[k] = v;
       continue;
@@ -59,11 +73,20 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
           else if ((t1 == "integer" && t2 == "number") || (t1 == "number" && t2 == "integer")) out.push_back("integer");
         }
       }
-      if (out.empty()) throw Error(at(path) + "allOf: the types do not intersect");
+      if (out.empty()) throw Unsatisfiable(at(path) + "allOf: the types do not intersect");
       x = out;
+    } else if (k == "patternProperties") {
+      if (!x.is_object() || !v.is_object()) fail(k);
+      for (auto& [p, ps] : v.items()) {
+        if (!x.contains(p) || ps == false) x[p] = ps;
+        else if (x[p] != false) x[p] = ojson{{"allOf", ojson::array({x[p], ps})}};
+      }
     } else if (k == "properties") {
       if (!x.is_object() || !v.is_object()) fail(k);
-      for (auto& [p, ps] : v.items()) x[p] = x.contains(p) ? ojson{{"allOf", ojson::array({x[p], ps})}} : ps;
+      for (auto& [p, ps] : v.items()) {
+        if (!x.contains(p) || ps == false) x[p] = ps;
+        else if (x[p] != false) x[p] = ojson{{"allOf", ojson::array({x[p], ps})}};
+      }
     } else if (k == "required") {
       for (const auto& q : v) {
         if (std::find(x.begin(), x.end(), q) == x.end()) x.push_back(q);
@@ -77,10 +100,10 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
         if (i < x.size()) x[i] = ojson{{"allOf", ojson::array({x[i], v[i]})}};
         else x.push_back(v[i]);
       }
-    } else if (k == "minItems" || k == "minLength" || k == "minimum" || k == "exclusiveMinimum") {
+    } else if (k == "minItems" || k == "minLength" || k == "minProperties" || k == "minimum" || k == "exclusiveMinimum") {
       if (!x.is_number() || !v.is_number()) fail(k);
       if (compare_decimal(decimal_of(v), decimal_of(x)) > 0) x = v;  // exact: no rounding to doubles
-    } else if (k == "maxItems" || k == "maxLength" || k == "maximum" || k == "exclusiveMaximum") {
+    } else if (k == "maxItems" || k == "maxLength" || k == "maxProperties" || k == "maximum" || k == "exclusiveMaximum") {
       if (!x.is_number() || !v.is_number()) fail(k);
       if (compare_decimal(decimal_of(v), decimal_of(x)) < 0) x = v;
     } else if (k == "enum") {
@@ -88,7 +111,7 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
       for (const auto& e : x) {
         if (std::find(v.begin(), v.end(), e) != v.end()) out.push_back(e);
       }
-      if (out.empty()) throw Error(at(path) + "allOf: the 'enum' lists have no common value");
+      if (out.empty()) throw Unsatisfiable(at(path) + "allOf: the 'enum' lists have no common value");
       x = out;
     } else if (k == "anyOf" || k == "oneOf") {
       if (x.size() * v.size() > 256) fail(k);
@@ -97,8 +120,12 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
         for (const auto& q : v) out.push_back(ojson{{"allOf", ojson::array({p, q})}});
       }
       x = out;
+    } else if (k == "uniqueItems") {
+      x = x == true || v == true;
+    } else if (k == "const") {
+      throw Unsatisfiable(at(path) + "allOf: the 'const' values differ");
     } else {
-      fail(k);  // const, pattern, format, uniqueItems... that differ
+      fail(k);  // pattern, format, uniqueItems... that differ
     }
   }
   for (const ojson* crossed : {&crossed_a, &crossed_b}) {
@@ -116,7 +143,7 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
     if (r.contains("required")) {
       for (const auto& q : r["required"]) {
         if (q.is_string() && !allowed.count(q.get<std::string>())) {
-          throw Error(at(path) + "allOf: required property '" + q.get<std::string>() + "' is excluded by 'additionalProperties': false");
+          throw Unsatisfiable(at(path) + "allOf: required property '" + q.get<std::string>() + "' is excluded by 'additionalProperties': false");
         }
       }
     }
@@ -129,16 +156,26 @@ ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
 
 std::string at(const std::string& path) { return "JSON schema at " + path + ": "; }
 
-bool is_constraint(const std::string& k) { return kAnnotations.count(k) == 0; }
+bool is_constraint(const std::string& k) { return kKeywords.count(k) > 0 || kUnsupported.count(k) > 0; }
 
-void check_schema_keywords(const ojson& s, const std::string& path) {
+void check_schema_keywords(const ojson& s, const std::string& path, bool strict_keywords) {
   for (auto& [k, v] : s.items()) {
     if (kAnnotations.count(k) || kKeywords.count(k)) continue;
-    throw Error(at(path) + "keyword '" + k + "' is not supported");
+    if (kUnsupported.count(k)) {
+      if (k == "multipleOf" && v.is_number() && v == 1) continue;  // integers: enforced by the converter
+      std::string why;
+      if (k == "if" || k == "then" || k == "else") why = ": a condition on the value is not enforced by the grammar (use anyOf of the cases)";
+      else if (k == "contains" || k == "minContains" || k == "maxContains") why = ": a grammar does not count matching items";
+      else if (k == "multipleOf" || k == "divisibleBy") why = ": only multipleOf 1 is enforced (an integer)";
+      else if (k == "unevaluatedProperties" || k == "unevaluatedItems") why = ": annotation-dependent keywords are not enforced";
+      else if (k == "$dynamicRef" || k == "$recursiveRef") why = ": dynamic references are not supported";
+      throw Error(at(path) + "keyword '" + k + "' is not supported" + why);
+    }
+    if (strict_keywords) {
+      throw Error(at(path) + "keyword '" + k + "' is not JSON Schema vocabulary (rejected with strict_keywords)");
+    }
   }
-  if (s.contains("uniqueItems") && !(s["uniqueItems"].is_boolean() && !s["uniqueItems"].get<bool>())) {
-    throw Error(at(path) + "keyword 'uniqueItems' is not supported");
-  }
+  if (s.contains("uniqueItems") && !s["uniqueItems"].is_boolean()) throw Error(at(path) + "'uniqueItems' must be a boolean");
 }
 
 ojson merge_all_of(const ojson& members, const std::string& path, const RefResolver& resolve) {
@@ -147,7 +184,7 @@ ojson merge_all_of(const ojson& members, const std::string& path, const RefResol
   std::function<void(const ojson&, int)> add = [&](const ojson& m, int depth) {
     if (depth > 32) throw Error(at(path) + "allOf/$ref nested too deeply");
     if (m.is_boolean()) {
-      if (!m.get<bool>()) throw Error(at(path) + "allOf contains the schema 'false'");
+      if (!m.get<bool>()) throw Unsatisfiable(at(path) + "allOf contains the schema 'false'");
       return;
     }
     if (!m.is_object()) throw Error(at(path) + "allOf members must be schemas");

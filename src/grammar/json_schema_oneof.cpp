@@ -1,6 +1,9 @@
 // oneOf: the grammar generates the union of the branches (as anyOf), so a oneOf is accepted
 // only where no value one branch generates can also be valid against another branch. The
-// proof is conservative: what cannot be shown disjoint is an error.
+// proof is conservative: what cannot be shown disjoint is not generated. Where branches
+// overlap, the converter restricts them (one_of_restricted: a key another branch requires is
+// left out, types another branch accepts are dropped) and generates only the restricted
+// branches proven exclusive of every original branch (an error when none is).
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -100,7 +103,10 @@ class Checker {
         return std::any_of(ks.begin(), ks.end(), [&](const char* k) { return s->contains(k); });
       };
       std::set<std::string> ts;
-      if (has({"properties", "required", "additionalProperties"})) ts.insert("object");
+      if (has({"properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties",
+               "maxProperties"})) {
+        ts.insert("object");
+      }
       if (has({"items", "prefixItems", "additionalItems", "minItems", "maxItems"})) ts.insert("array");
       if (has({"minLength", "maxLength", "pattern", "format"})) ts.insert("string");
       if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) ts.insert("number");
@@ -151,6 +157,19 @@ class Checker {
       }
       if (all) return true;
     }
+    // Arrays: a always writes at least one item, its items are never valid against b's
+    // items schema, and b's items schema applies to every item.
+    if (a.gen_types == std::set<std::string>{"array"} && a.schema && b.schema && !a.values && depth < 8) {
+      const ojson& as = *a.schema;
+      const ojson& bs = *b.schema;
+      auto single_items = [](const ojson& x) {
+        return x.contains("items") && !x["items"].is_array() && !x.contains("prefixItems");
+      };
+      const bool nonempty = as.contains("minItems") && as["minItems"].is_number_integer() && as["minItems"].get<int64_t>() >= 1;
+      if (nonempty && single_items(as) && single_items(bs) && exclusive(shape(as["items"]), shape(bs["items"]), depth + 1)) {
+        return true;
+      }
+    }
     // Objects: a always writes a required key that b rejects (a different const/enum or
     // type, or a key b forbids), or b requires a key a never writes.
     if (a.gen_types == std::set<std::string>{"object"} && a.schema && b.schema && !a.values) {
@@ -173,9 +192,11 @@ class Checker {
           if (exclusive(shape(ap[key]), shape(bp[key]), depth + 1)) return true;
         }
       }
-      if (a_closed && bs.contains("required") && bs["required"].is_array()) {
+      if (bs.contains("required") && bs["required"].is_array()) {
         for (const auto& r : bs["required"]) {
-          if (r.is_string() && !ap.contains(r.get<std::string>())) return true;
+          if (!r.is_string()) continue;
+          const std::string key = r.get<std::string>();
+          if ((a_closed && !ap.contains(key)) || (ap.contains(key) && ap[key] == false)) return true;
         }
       }
     }
@@ -191,21 +212,99 @@ class Checker {
 
 }  // namespace
 
-void check_one_of_exclusive(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve, bool strict) {
+std::string one_of_overlap(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve, bool strict,
+                           const std::vector<size_t>& index) {
   Checker c(path, resolve, strict);
   std::vector<Shape> shapes;
   for (const auto& b : branches) shapes.push_back(c.shape(b));
   for (size_t i = 0; i < shapes.size(); ++i) {
     for (size_t j = 0; j < shapes.size(); ++j) {
       if (i == j || c.exclusive(shapes[i], shapes[j])) continue;
-      throw Error(at(path) + "'oneOf' branches " + std::to_string(i) + " and " + std::to_string(j) +
-                  " are not provably exclusive: a value generated for branch " + std::to_string(i) +
-                  " could also be valid against branch " + std::to_string(j) +
-                  ", which 'oneOf' forbids. Make them exclusive (different types, different const/enum values, a required "
-                  "property with different const values, or a required key the other branch forbids with "
-                  "\"additionalProperties\": false) or use 'anyOf'");
+      const std::string bi = std::to_string(index.at(i)), bj = std::to_string(index.at(j));
+      return at(path) + "'oneOf' branches " + bi + " and " + bj + " are not provably exclusive: a value generated for branch " +
+             bi + " could also be valid against branch " + bj +
+             ", which 'oneOf' forbids. Make them exclusive (different types, different const/enum values, a required "
+             "property with different const values, a required property the other branch does not require, or a "
+             "required key the other branch forbids with \"additionalProperties\": false) or use 'anyOf'";
     }
   }
+  return "";
+}
+
+std::vector<ojson> one_of_restricted(const std::vector<ojson>& branches, const std::string& path, const RefResolver& resolve,
+                                     bool strict) {
+  std::vector<ojson> out;
+  std::vector<std::set<std::string>> required;
+  for (const auto& b : branches) {
+    out.push_back(merge_all_of(ojson::array({b}), path, resolve));
+    std::set<std::string> r;
+    if (out.back().contains("required") && out.back()["required"].is_array()) {
+      for (const auto& k : out.back()["required"]) {
+        if (k.is_string()) r.insert(k.get<std::string>());
+      }
+    }
+    required.push_back(std::move(r));
+  }
+  Checker c(path, resolve, strict);
+  std::vector<Shape> originals;
+  for (const auto& b : branches) originals.push_back(c.shape(b));
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t j = 0; j < out.size(); ++j) {
+      if (i == j) continue;
+      for (const auto& k : required[j]) {
+        if (required[i].count(k)) continue;
+        if (!out[i].contains("properties") || !out[i]["properties"].is_object()) out[i]["properties"] = ojson::object();
+        out[i]["properties"][k] = false;
+        break;
+      }
+    }
+    // Arrays: at least one item where another branch accepts arrays (the empty array would
+    // be valid against both).
+    const Shape own = c.shape(out[i]);
+    const bool max_zero = out[i].contains("maxItems") && out[i]["maxItems"] == 0;
+    const bool min_zero = !out[i].contains("minItems") || out[i]["minItems"] == 0;
+    if (own.gen_types == std::set<std::string>{"array"} && min_zero && !max_zero) {
+      for (size_t j = 0; j < out.size(); ++j) {
+        if (i != j && originals[j].acc_types.count("array")) {
+          out[i]["minItems"] = 1;
+          break;
+        }
+      }
+    }
+    // Types no other branch accepts (integers count as numbers both ways).
+    std::set<std::string> types = c.shape(out[i]).gen_types;
+    for (size_t j = 0; j < out.size(); ++j) {
+      if (i == j || originals[j].values) continue;
+      std::erase_if(types, [&](const std::string& t) {
+        return std::any_of(originals[j].acc_types.begin(), originals[j].acc_types.end(), [&](const std::string& a) {
+          return types_overlap(t, a) || (t == "number" && a == "integer");
+        });
+      });
+    }
+    if (!types.empty() && types != c.shape(out[i]).gen_types) {
+      ojson list = ojson::array();
+      for (const auto& t : types) list.push_back(t);
+      try {
+        out[i] = merge_all_of(ojson::array({out[i], ojson{{"type", list}}}), path, resolve);
+      } catch (const Error&) {
+        // the types do not combine with the branch's own: left as it is
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<bool> one_of_exclusive(const std::vector<ojson>& generators, const std::vector<ojson>& acceptors,
+                                   const std::string& path, const RefResolver& resolve, bool strict) {
+  Checker c(path, resolve, strict);
+  std::vector<bool> keep(generators.size(), true);
+  for (size_t i = 0; i < generators.size(); ++i) {
+    const Shape g = c.shape(generators[i]);
+    for (size_t j = 0; j < acceptors.size() && keep[i]; ++j) {
+      if (i != j && !c.exclusive(g, c.shape(acceptors[j]))) keep[i] = false;
+    }
+  }
+  return keep;
 }
 
 }  // namespace deepinfer::grammar::detail

@@ -86,6 +86,17 @@ bool check_format(const std::string& f, const std::string& s) {
   }
   if (f == "uuid") return regex_matches(R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})", s, true);
   if (f == "ipv4") return regex_matches(R"(((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))", s, true);
+  // RFC 1123 (each label at most 63 characters, no leading / trailing hyphen, 253 in all).
+  static const std::string host = R"((?!.{254})([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)";
+  if (f == "hostname" || f == "idn-hostname") return regex_matches(host, s, true) && !regex_matches(R"((.*\.)?[0-9]+)", s, true);
+  if (f == "ipv6") return regex_matches(R"([0-9A-Fa-f]{1,4}(:[0-9A-Fa-f]{1,4}){7})", s, true) || regex_matches(R"(([0-9A-Fa-f:]*::[0-9A-Fa-f:]*))", s, true);
+  if (f == "uri" || f == "iri" || f == "uri-reference" || f == "iri-reference") {
+    // RFC 3986 appendix B's split, each part checked against its character set.
+    return regex_matches(R"([A-Za-z][A-Za-z0-9+.-]*:(//([A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})*)?([A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*(\?([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?(#([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?)", s, true);
+  }
+  if (f == "json-pointer") return regex_matches(R"((/([^/~]|~[01])*)*)", s, true);
+  if (f == "relative-json-pointer") return regex_matches(R"((0|[1-9][0-9]*)(#|(/([^/~]|~[01])*)*))", s, true);
+  if (f == "duration") return regex_matches(R"(P(\d+[DW]|T\d+[HMS]|\d+Y(\d+M)?(\d+D)?))", s, true);
   return true;
 }
 
@@ -115,6 +126,7 @@ class Validator {
       for (const auto& e : s["enum"]) ok = ok || json_equal(e, v);
       if (!ok) return where + ": not in enum";
     }
+    if (s.contains("not") && check(s["not"], v, where, depth + 1).empty()) return where + ": valid against 'not'";
     if (s.contains("allOf")) {
       for (const auto& sub : s["allOf"]) {
         std::string e = check(sub, v, where, depth + 1);
@@ -149,6 +161,13 @@ class Validator {
     if (v.is_array()) {
       if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return where + ": fewer than minItems";
       if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) return where + ": more than maxItems";
+      if (s.contains("uniqueItems") && s["uniqueItems"] == true) {
+        for (size_t i = 0; i < v.size(); ++i) {
+          for (size_t j = i + 1; j < v.size(); ++j) {
+            if (json_equal(v[i], v[j])) return where + ": items " + std::to_string(i) + " and " + std::to_string(j) + " are equal";
+          }
+        }
+      }
       size_t n_prefix = 0;
       const ojson* rest = s.contains("items") ? &s["items"] : nullptr;
       const ojson* prefix = s.contains("prefixItems") ? &s["prefixItems"] : nullptr;
@@ -176,11 +195,40 @@ class Validator {
           if (!v.contains(r.get<std::string>())) return where + ": missing required '" + r.get<std::string>() + "'";
         }
       }
+      if (s.contains("minProperties") && v.size() < s["minProperties"].get<size_t>()) return where + ": fewer than minProperties";
+      if (s.contains("maxProperties") && v.size() > s["maxProperties"].get<size_t>()) return where + ": more than maxProperties";
+      for (const char* kw : {"dependentRequired", "dependentSchemas", "dependencies"}) {
+        if (!s.contains(kw)) continue;
+        for (auto& [k, d] : s[kw].items()) {
+          if (!v.contains(k)) continue;
+          if (d.is_array()) {
+            for (const auto& r : d) {
+              if (!v.contains(r.get<std::string>())) return where + ": '" + k + "' present without '" + r.get<std::string>() + "'";
+            }
+          } else {
+            std::string e = check(d, v, where + " (" + kw + " of " + k + ")", depth + 1);
+            if (!e.empty()) return e;
+          }
+        }
+      }
       for (auto& [k, x] : v.items()) {
+        if (s.contains("propertyNames")) {
+          std::string e = check(s["propertyNames"], ojson(k), where + " (property name " + k + ")", depth + 1);
+          if (!e.empty()) return e;
+        }
+        bool matched = false;
+        if (s.contains("patternProperties")) {
+          for (auto& [pat, ps] : s["patternProperties"].items()) {
+            if (!regex_matches(pat, k, false)) continue;
+            matched = true;
+            std::string e = check(ps, x, where + "/" + k, depth + 1);
+            if (!e.empty()) return e;
+          }
+        }
         if (s.contains("properties") && s["properties"].contains(k)) {
           std::string e = check(s["properties"][k], x, where + "/" + k, depth + 1);
           if (!e.empty()) return e;
-        } else if (s.contains("additionalProperties")) {
+        } else if (!matched && s.contains("additionalProperties")) {
           std::string e = check(s["additionalProperties"], x, where + "/" + k, depth + 1);
           if (!e.empty()) return e;
         }

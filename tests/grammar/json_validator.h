@@ -1,7 +1,9 @@
 // A JSON Schema validator for the tests (independent of the grammar compiler): checks an
 // instance against the keywords the compiler supports, with the specification's meaning
 // (additionalProperties absent = allowed, oneOf = exactly one, lengths in code points,
-// pattern = unanchored PCRE2 search, formats date / time / date-time / email / uuid / ipv4).
+// pattern = unanchored PCRE2 search, formats date / time / date-time / email / uuid / ipv4 /
+// ipv6 / hostname / uri / json-pointer / duration, patternProperties, propertyNames,
+// min/maxProperties, dependentRequired / dependentSchemas / dependencies, uniqueItems, not).
 // Threading: stateless.
 #pragma once
 

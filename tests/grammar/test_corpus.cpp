@@ -112,6 +112,18 @@ TEST(GrammarCorpus, GeneratedSchemasOnTheFixtureVocabulary) {
   }
 }
 
+// The keywords beyond the core set (patternProperties, propertyNames, min/maxProperties,
+// dependencies, oneOf told apart by required keys, formats, unknown keywords): many walks
+// on both vocabularies and on single bytes, so that an admitted invalid document shows.
+TEST(GrammarCorpus, KeywordSchemas) {
+  uint64_t seed = 7000;
+  for (const auto& e : read_jsonl("grammar/schemas_keywords.jsonl")) {
+    walk_schema(e, fixture_vocab(), {{0, false}, {6, true}, {16, false}, {32, true}, {64, false}, {128, true}}, seed++, "fixture");
+    walk_schema(e, byte_vocab(), {{8, false}, {40, false}, {120, false}, {300, false}}, seed++, "bytes");
+    walk_schema(e, deepseek_vocab(), {{24, true}}, seed++, "deepseek");
+  }
+}
+
 TEST(GrammarCorpus, AllSchemasOnTheDeepSeekVocabulary) {
   auto v = deepseek_vocab();
   uint64_t seed = 5000;
