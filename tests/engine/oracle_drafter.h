@@ -5,7 +5,10 @@
 // token drawn from a distribution that mixes the oracle's token with the uniform one.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -98,6 +101,44 @@ class OracleDrafter : public spec::Drafter {
   std::function<float(size_t, int64_t, int64_t)> confidence_;
   int64_t proposals_ = 0, verified_drafts_ = 0, accepted_ = 0, released_ = 0;
 };
+
+// Sanitizer builds (about 10x slower) run fewer configurations and draws.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+inline engine::EngineRequest request(std::vector<int32_t> prompt, const SamplingParams& p, size_t i) {
+  engine::EngineRequest r;
+  r.request_id = std::to_string(i);
+  r.prompt_ids = std::move(prompt);
+  r.params = p;
+  return r;
+}
+
+// Every request's outputs the same: error, tokens, text, finish and stop reasons, logprobs bitwise.
+inline void expect_same(const std::vector<RequestOutput>& ref, const std::vector<RequestOutput>& got, const std::string& what) {
+  ASSERT_EQ(ref.size(), got.size()) << what;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    EXPECT_EQ(ref[i].error, got[i].error) << what << ": request " << i;
+    ASSERT_EQ(ref[i].outputs.size(), got[i].outputs.size()) << what << ": request " << i;
+    for (size_t k = 0; k < ref[i].outputs.size(); ++k) {
+      const CompletionOutput& a = ref[i].outputs[k];
+      const CompletionOutput& b = got[i].outputs[k];
+      EXPECT_EQ(a.token_ids, b.token_ids) << what << ": request " << i << " completion " << k;
+      EXPECT_EQ(a.text, b.text) << what << ": request " << i;
+      EXPECT_EQ(a.finish_reason, b.finish_reason) << what << ": request " << i;
+      EXPECT_EQ(a.stop_reason, b.stop_reason) << what << ": request " << i;
+      ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what << ": request " << i;
+      for (size_t t = 0; t < a.logprobs.size(); ++t) {
+        EXPECT_EQ(std::memcmp(&a.logprobs[t].logprob, &b.logprobs[t].logprob, sizeof(float)), 0)
+            << what << ": request " << i << " token " << t;
+        EXPECT_EQ(a.logprobs[t].top, b.logprobs[t].top) << what << ": request " << i << " token " << t;
+      }
+    }
+  }
+}
 
 // A model loaded once, and engines run on it with given options (load.dspark: the model runs its
 // DSpark stages).

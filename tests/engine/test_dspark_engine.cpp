@@ -27,43 +27,12 @@
 
 using namespace deepinfer;
 using testing_util::EngineRig;
+using testing_util::expect_same;
+using testing_util::kSanitized;
+using testing_util::request;
 using ::testing::HasSubstr;
 
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-
-engine::EngineRequest request(std::vector<int32_t> prompt, const SamplingParams& p, size_t i) {
-  engine::EngineRequest r;
-  r.request_id = std::to_string(i);
-  r.prompt_ids = std::move(prompt);
-  r.params = p;
-  return r;
-}
-
-void expect_same(const std::vector<RequestOutput>& ref, const std::vector<RequestOutput>& got, const std::string& what) {
-  ASSERT_EQ(ref.size(), got.size()) << what;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    EXPECT_EQ(ref[i].error, got[i].error) << what << ": request " << i;
-    ASSERT_EQ(ref[i].outputs.size(), got[i].outputs.size()) << what << ": request " << i;
-    for (size_t k = 0; k < ref[i].outputs.size(); ++k) {
-      const CompletionOutput& a = ref[i].outputs[k];
-      const CompletionOutput& b = got[i].outputs[k];
-      EXPECT_EQ(a.token_ids, b.token_ids) << what << ": request " << i << " completion " << k;
-      EXPECT_EQ(a.finish_reason, b.finish_reason) << what << ": request " << i;
-      ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what << ": request " << i;
-      for (size_t t = 0; t < a.logprobs.size(); ++t) {
-        EXPECT_EQ(std::memcmp(&a.logprobs[t].logprob, &b.logprobs[t].logprob, sizeof(float)), 0)
-            << what << ": request " << i << " token " << t;
-        EXPECT_EQ(a.logprobs[t].top, b.logprobs[t].top) << what << ": request " << i << " token " << t;
-      }
-    }
-  }
-}
 
 // The random-weight engine model (tests/engine/random_model.h) with two DSpark stages, or a
 // vocabulary of `vocab` tokens (the noise token is the last id).
