@@ -127,6 +127,7 @@ class Converter {
       if (!siblings) return g_.ref(ref_rule(s["$ref"], path));
       return visit(detail::merge_all_of(ojson::array({ojson{{"$ref", s["$ref"]}}, without(s, {"$ref"})}), path, resolver()), path);
     }
+    if (s.contains("if") || s.contains("then") || s.contains("else")) return if_then_else_expr(s, path);
     if (s.contains("not")) {
       const ojson rest = without(s, {"not"});
       const ojson addition = not_as_schema(s["not"], rest, path + "/not");
@@ -452,6 +453,75 @@ class Converter {
       return ojson{{"enum", keep}};
     }
     throw unsupported();
+  }
+
+  // if / then / else as alternatives: objects where the condition holds (with `then`) and
+  // objects where it fails (with `else`). Conditions: required keys (fails: one left out),
+  // a property's const or enum, with or without requiring it (fails: the key left out where
+  // not required, or its value outside the list where the property lists its own values;
+  // otherwise only objects where the condition holds are generated). Others are an error.
+  int32_t if_then_else_expr(const ojson& s, const std::string& path) {
+    const ojson rest = without(s, {"if", "then", "else"});
+    if (!s.contains("if")) return visit(rest, path);  // then / else without if: no effect
+    const ojson& cond = s["if"];
+    const ojson then_s = s.contains("then") ? s["then"] : ojson(true);
+    const ojson else_s = s.contains("else") ? s["else"] : ojson(true);
+    auto unsupported = [&]() {
+      return Error(at(path + "/if") + "'if' is enforced only for conditions on required keys or on one property's "
+                   "const/enum: a grammar cannot branch on other conditions");
+    };
+    if (cond == true) return visit(detail::merge_all_of(ojson::array({rest, then_s}), path, resolver()), path);
+    if (cond == false) return visit(detail::merge_all_of(ojson::array({rest, else_s}), path, resolver()), path);
+    if (!cond.is_object()) throw unsupported();
+    std::set<std::string> keys;
+    for (auto& [k, v] : cond.items()) {
+      if (is_constraint(k)) keys.insert(k);
+    }
+    std::vector<ojson> holds, fails;  // additions for the two cases
+    if (keys == std::set<std::string>{"required"}) {
+      holds.push_back(ojson{{"required", cond["required"]}});
+      fails.push_back(not_as_schema(ojson{{"required", cond["required"]}}, rest, path + "/if"));
+    } else if (keys == std::set<std::string>{"properties"} || keys == std::set<std::string>{"properties", "required"}) {
+      const ojson& props = cond["properties"];
+      if (!props.is_object() || props.size() != 1) throw unsupported();
+      const std::string k = props.begin().key();
+      const ojson& ks = props.begin().value();
+      if (!ks.is_object() || !(ks.contains("const") || ks.contains("enum"))) throw unsupported();
+      for (auto& [kk, v] : ks.items()) {
+        if (is_constraint(kk) && kk != "const" && kk != "enum") throw unsupported();
+      }
+      const bool req = keys.count("required") > 0;
+      if (req && cond["required"] != ojson::array({k})) throw unsupported();
+      ojson h = ojson{{"properties", ojson{{k, ks}}}};
+      if (req) h["required"] = ojson::array({k});
+      holds.push_back(h);
+      if (req) fails.push_back(ojson{{"properties", ojson{{k, false}}}});
+      // The key present with another value: where the property lists its own values.
+      const ojson merged_rest = detail::merge_all_of(ojson::array({rest}), path, resolver());
+      const ojson* own = merged_rest.contains("properties") && merged_rest["properties"].is_object() &&
+                                 merged_rest["properties"].contains(k)
+                             ? &merged_rest["properties"][k]
+                             : nullptr;
+      if (own && own->is_object() && (own->contains("enum") || own->contains("const"))) {
+        fails.push_back(ojson{{"properties", ojson{{k, ojson{{"not", ks}}}}}, {"required", ojson::array({k})}});
+      }
+    } else {
+      throw unsupported();
+    }
+    std::vector<int32_t> alts;
+    auto add = [&](const ojson& addition, const ojson& branch) {
+      try {
+        const ojson m = detail::merge_all_of(ojson::array({rest, addition, branch}), path, resolver());
+        if (!unsatisfiable(m, path)) alts.push_back(visit(m, path));
+      } catch (const detail::Unsatisfiable&) {
+        // this case has no valid value
+      }
+    };
+    for (const auto& h : holds) add(h, then_s);
+    // Only objects fail these conditions (other values satisfy them vacuously).
+    for (const auto& f : fails) add(detail::merge_all_of(ojson::array({f, ojson{{"type", "object"}}}), path, resolver()), else_s);
+    if (alts.empty()) throw Error(at(path) + "no value satisfies the schema with its 'if'/'then'/'else'");
+    return g_.alt(alts);
   }
 
   static ojson without(const ojson& s, std::initializer_list<const char*> keys) {

@@ -18,8 +18,9 @@
 // uniqueItems over items with finitely many values (const, enum, boolean, null) or
 // maxItems <= 1, dependentRequired / dependentSchemas / dependencies (objects with and
 // without each key; json_schema.cpp dependencies_expr), `not` over types, required keys and
-// enum/const beside the schema's own values, `true` / `false` subschemas (a `false`
-// property never appears).
+// enum/const beside the schema's own values, if / then / else on required keys or one
+// property's const/enum (if_then_else_expr), `true` / `false` subschemas (a `false` property
+// never appears).
 // Enforced on a subset: formats (date, time, date-time, duration, email, idn-email,
 // hostname, idn-hostname, uri, uri-reference, iri, iri-reference, ipv4, ipv6, uuid,
 // json-pointer, relative-json-pointer; unknown names are ignored as the specification says),
@@ -31,7 +32,7 @@
 // Keywords outside the JSON Schema vocabulary (x-*, OpenAPI's example, Snowplow's self) and
 // annotations (title, description, default, examples, $schema, $id, id, $comment,
 // deprecated, readOnly, writeOnly, ...) are ignored; with JsonSchemaOptions::strict_keywords a
-// keyword outside the vocabulary is an error. Not enforced (an error): if / then / else,
+// keyword outside the vocabulary is an error. Not enforced (an error): other if conditions,
 // contains, multipleOf other than 1, unevaluatedProperties / unevaluatedItems, $dynamicRef,
 // pattern with format, other `not` and overlapping oneOf branches.
 // Output shape: with any_whitespace, JSON white space may appear between tokens (not before

@@ -20,10 +20,11 @@ const std::set<std::string> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems",
     "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "uniqueItems", "patternProperties", "propertyNames",
-    "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies", "not"};
+    "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies", "not", "if", "then",
+    "else"};
 // The rest of the vocabulary: assertions the compiler does not enforce (an error).
 const std::set<std::string> kUnsupported = {
-    "multipleOf", "divisibleBy", "if", "then", "else", "contains", "minContains", "maxContains",
+    "multipleOf", "divisibleBy", "contains", "minContains", "maxContains",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "disallow", "extends"};
 
 ojson merge_two_impl(const ojson& a, const ojson& b, const std::string& path) {
@@ -164,8 +165,7 @@ void check_schema_keywords(const ojson& s, const std::string& path, bool strict_
     if (kUnsupported.count(k)) {
       if (k == "multipleOf" && v.is_number() && v == 1) continue;  // integers: enforced by the converter
       std::string why;
-      if (k == "if" || k == "then" || k == "else") why = ": a condition on the value is not enforced by the grammar (use anyOf of the cases)";
-      else if (k == "contains" || k == "minContains" || k == "maxContains") why = ": a grammar does not count matching items";
+      if (k == "contains" || k == "minContains" || k == "maxContains") why = ": a grammar does not count matching items";
       else if (k == "multipleOf" || k == "divisibleBy") why = ": only multipleOf 1 is enforced (an integer)";
       else if (k == "unevaluatedProperties" || k == "unevaluatedItems") why = ": annotation-dependent keywords are not enforced";
       else if (k == "$dynamicRef" || k == "$recursiveRef") why = ": dynamic references are not supported";

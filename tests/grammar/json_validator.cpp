@@ -127,6 +127,14 @@ class Validator {
       if (!ok) return where + ": not in enum";
     }
     if (s.contains("not") && check(s["not"], v, where, depth + 1).empty()) return where + ": valid against 'not'";
+    if (s.contains("if")) {
+      const bool holds = check(s["if"], v, where, depth + 1).empty();
+      const char* branch = holds ? "then" : "else";
+      if (s.contains(branch)) {
+        std::string e = check(s[branch], v, where + " (" + branch + ")", depth + 1);
+        if (!e.empty()) return e;
+      }
+    }
     if (s.contains("allOf")) {
       for (const auto& sub : s["allOf"]) {
         std::string e = check(sub, v, where, depth + 1);

@@ -3,7 +3,7 @@
 // (additionalProperties absent = allowed, oneOf = exactly one, lengths in code points,
 // pattern = unanchored PCRE2 search, formats date / time / date-time / email / uuid / ipv4 /
 // ipv6 / hostname / uri / json-pointer / duration, patternProperties, propertyNames,
-// min/maxProperties, dependentRequired / dependentSchemas / dependencies, uniqueItems, not).
+// min/maxProperties, dependentRequired / dependentSchemas / dependencies, uniqueItems, not, if/then/else).
 // Threading: stateless.
 #pragma once
 

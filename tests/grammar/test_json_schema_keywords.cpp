@@ -317,6 +317,9 @@ TEST(GrammarJsonSchemaKeywords, TheTestValidatorRejectsWhatTheseKeywordsForbid) 
   EXPECT_FALSE(bad(R"({"uniqueItems":true})", R"([1,true])"));
   EXPECT_TRUE(bad(R"({"not":{"type":"string"}})", R"("s")"));
   EXPECT_FALSE(bad(R"({"not":{"type":"string"}})", "1"));
+  EXPECT_TRUE(bad(R"({"if":{"required":["a"]},"then":{"required":["b"]}})", R"({"a":1})"));
+  EXPECT_TRUE(bad(R"({"if":{"required":["a"]},"else":{"required":["b"]}})", R"({"c":1})"));
+  EXPECT_FALSE(bad(R"({"if":{"required":["a"]},"else":{"required":["b"]}})", R"({"a":1})"));
 }
 
 TEST(GrammarJsonSchemaKeywords, PatternWithLengths) {
@@ -405,7 +408,7 @@ TEST(GrammarJsonSchemaKeywords, MultipleOfOneAndReasonsForUnsupportedKeywords) {
   EXPECT_FALSE(matches(g, "1.5"));
   EXPECT_FALSE(matches(g, "4"));
   EXPECT_TRUE(has(error_of(R"({"type":"integer","multipleOf":5})"), "'multipleOf' is not supported: only multipleOf 1"));
-  EXPECT_TRUE(has(error_of(R"({"if":{"required":["a"]},"then":{"required":["b"]}})"), "keyword 'if' is not supported: a condition"));
+  EXPECT_TRUE(has(error_of(R"({"if":{"minimum":3},"then":{"maximum":5}})"), "#/if: 'if' is enforced only for conditions"));
   EXPECT_TRUE(has(error_of(R"({"type":"array","contains":{"const":1}})"), "'contains' is not supported: a grammar does not count"));
 }
 
@@ -443,4 +446,29 @@ TEST(GrammarJsonSchemaKeywords, RequiredKeysWithoutAPropertySchema) {
   auto b = compact(R"({"anyOf":[{"type":"object","required":["id"],"additionalProperties":false},{"type":"integer"}]})");
   EXPECT_TRUE(matches(b, "1"));
   EXPECT_FALSE(matches(b, "{}"));
+}
+
+TEST(GrammarJsonSchemaKeywords, IfThenElse) {
+  // A discriminator the property lists: both cases.
+  auto d = compact(R"({"type":"object","properties":{"kind":{"enum":["a","b"]},"n":{"type":"integer"},"s":{"type":"string"}},
+      "required":["kind"],"if":{"properties":{"kind":{"const":"a"}}},"then":{"required":["n"]},"else":{"required":["s"]}})");
+  EXPECT_TRUE(matches(d, R"({"kind": "a", "n": 1})"));
+  EXPECT_TRUE(matches(d, R"({"kind": "b", "s": "x"})"));
+  EXPECT_FALSE(matches(d, R"({"kind": "a", "s": "x"})"));
+  EXPECT_FALSE(matches(d, R"({"kind": "b", "n": 1})"));
+  // A free-text property: only objects where the condition holds (the key absent or equal).
+  auto f = compact(R"({"type":"object","properties":{"t":{"type":"string"},"n":{"type":"integer"}},
+      "if":{"properties":{"t":{"const":"x"}}},"then":{"required":["n"]}})");
+  EXPECT_TRUE(matches(f, R"({"n": 1})"));
+  EXPECT_TRUE(matches(f, R"({"t": "x", "n": 1})"));
+  EXPECT_FALSE(matches(f, R"({"t": "y", "n": 1})"));
+  EXPECT_FALSE(matches(f, R"({"t": "x"})"));
+  // Required keys: the condition fails with a key left out.
+  auto r = compact(R"({"type":["object","null"],"properties":{"a":{"type":"integer"},"b":{"type":"integer"}},
+      "if":{"required":["a"]},"then":{"required":["b"]},"else":{"properties":{"b":{"minimum":10}}}})");
+  EXPECT_TRUE(matches(r, R"({"a": 1, "b": 2})"));
+  EXPECT_FALSE(matches(r, R"({"a": 1})"));
+  EXPECT_TRUE(matches(r, R"({"b": 10})"));
+  EXPECT_FALSE(matches(r, R"({"b": 9})"));
+  EXPECT_TRUE(matches(r, "null"));
 }
